@@ -1,0 +1,84 @@
+#include "cli/args.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace ctrl::cli {
+
+void Args::flag(const std::string& name) { kinds_[name] = 0; }
+void Args::repeated(const std::string& name) { kinds_[name] = 1; }
+void Args::boolean(const std::string& name) { kinds_[name] = 2; }
+
+bool Args::parse(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", usage_.c_str());
+      return false;
+    }
+    if (a.rfind("--", 0) != 0 || a == "--") {
+      positional_.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    auto it = kinds_.find(name);
+    if (it == kinds_.end()) fail("ctrl " + command_ + ": unknown flag --" + name + " (see ctrl " + command_ + " --help)");
+    if (it->second == 2) {
+      if (has_value) fail("ctrl " + command_ + ": --" + name + " takes no value");
+      values_[name].push_back("1");
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) fail("ctrl " + command_ + ": --" + name + " needs a value");
+      value = args[++i];
+    }
+    if (it->second == 0 && values_.count(name)) fail("ctrl " + command_ + ": --" + name + " given twice");
+    values_[name].push_back(value);
+  }
+  return true;
+}
+
+bool Args::has(const std::string& name) const { return values_.count(name) != 0; }
+
+std::string Args::get(const std::string& name, const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second.back();
+}
+
+std::string Args::require(const std::string& name) const {
+  if (!has(name)) fail("ctrl " + command_ + ": missing --" + name + " (see ctrl " + command_ + " --help)");
+  return get(name);
+}
+
+std::vector<std::string> Args::all(const std::string& name) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? std::vector<std::string>{} : it->second;
+}
+
+int64_t Args::get_int(const std::string& name, int64_t fallback) const {
+  if (!has(name)) return fallback;
+  const std::string v = get(name);
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end) fail("ctrl " + command_ + ": --" + name + " expects an integer, got '" + v + "'");
+  return x;
+}
+
+double Args::get_double(const std::string& name, double fallback) const {
+  if (!has(name)) return fallback;
+  const std::string v = get(name);
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end) fail("ctrl " + command_ + ": --" + name + " expects a number, got '" + v + "'");
+  return x;
+}
+
+}  // namespace ctrl::cli

@@ -1,0 +1,38 @@
+// Flag parsing shared by every subcommand: "--name value", "--name=value",
+// boolean "--name", repeatable flags and positional arguments. Unknown flags,
+// missing values and malformed numbers end in one ctrl::Error line.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ctrl::cli {
+
+class Args {
+ public:
+  // `usage` is printed for --help. Flags are declared before parse().
+  Args(std::string command, std::string usage) : command_(std::move(command)), usage_(std::move(usage)) {}
+  void flag(const std::string& name);        // takes a value
+  void repeated(const std::string& name);    // takes a value, may repeat
+  void boolean(const std::string& name);     // takes no value
+  // Returns false if --help was given (usage already printed to stdout).
+  bool parse(const std::vector<std::string>& args);
+
+  bool has(const std::string& name) const;
+  std::string get(const std::string& name, const std::string& fallback = "") const;
+  std::string require(const std::string& name) const;
+  std::vector<std::string> all(const std::string& name) const;
+  int64_t get_int(const std::string& name, int64_t fallback) const;
+  double get_double(const std::string& name, double fallback) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::string command_, usage_;
+  std::map<std::string, int> kinds_;  // 0 value, 1 repeated, 2 boolean
+  std::map<std::string, std::vector<std::string>> values_;
+  std::vector<std::string> positional_;
+};
+
+}  // namespace ctrl::cli

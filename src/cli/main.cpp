@@ -1,0 +1,57 @@
+// ctrl: the command-line front end. Dispatches to the registered subcommands
+// and turns every ctrl::Error into one line on stderr and exit status 1.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/error.h"
+
+namespace ctrl::cli {
+
+std::map<std::string, Command>& command_registry() {
+  static std::map<std::string, Command> registry;
+  return registry;
+}
+
+std::string version_string();
+
+}  // namespace ctrl::cli
+
+static void print_help() {
+  std::printf(
+      "ctrl %s: train CTRL (conditional transformer) language models from scratch\n\n"
+      "usage: ctrl <command> [flags]   (ctrl <command> --help for its flags)\n\ncommands:\n",
+      CTRL_VERSION);
+  for (const auto& [name, cmd] : ctrl::cli::command_registry())
+    std::printf("  %-10s %s\n", name.c_str(), cmd.summary.c_str());
+}
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    print_help();
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::printf("%s\n", ctrl::cli::version_string().c_str());
+    return 0;
+  }
+  auto& registry = ctrl::cli::command_registry();
+  auto it = registry.find(args[0]);
+  if (it == registry.end()) {
+    std::fprintf(stderr, "ctrl: unknown command '%s' (see ctrl --help)\n", args[0].c_str());
+    return 2;
+  }
+  try {
+    return it->second.run(std::vector<std::string>(args.begin() + 1, args.end()));
+  } catch (const ctrl::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "ctrl %s: out of memory\n", args[0].c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ctrl %s: %s\n", args[0].c_str(), e.what());
+  }
+  return 1;
+}

@@ -1,0 +1,28 @@
+// Errors. A user-caused problem (bad flag, missing or corrupt file, malformed
+// input) is thrown as ctrl::Error carrying one line that names the file, the
+// place and what was expected; the CLI prints it and exits non-zero.
+// Internal invariants use CTRL_ASSERT, which stays on in release builds.
+#pragma once
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace ctrl {
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] inline void fail(const std::string& message) { throw Error(message); }
+
+}  // namespace ctrl
+
+#define CTRL_ASSERT(cond)                                                          \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
+      std::fprintf(stderr, "ctrl: internal error: %s at %s:%d\n", #cond, __FILE__, \
+                   __LINE__);                                                      \
+      std::abort();                                                                \
+    }                                                                              \
+  } while (0)

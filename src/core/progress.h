@@ -1,0 +1,34 @@
+// Progress for long work: a line on stderr with done/total, rate and ETA,
+// redrawn at most a few times a second (in place on a terminal, as plain lines
+// every few seconds otherwise), so logs stay readable.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace ctrl {
+
+class Progress {
+ public:
+  // total may be 0 when unknown (then no ETA is shown). unit names what is counted.
+  Progress(std::string label, uint64_t total, std::string unit);
+  ~Progress();
+  void set_total(uint64_t total) { total_ = total; }
+  // Advances to `done` (absolute) and redraws if enough time has passed.
+  void update(uint64_t done, const std::string& extra = "");
+  void add(uint64_t n, const std::string& extra = "") { update(done_ + n, extra); }
+  // Draws the final line with the overall rate.
+  void finish(const std::string& extra = "");
+  double elapsed_seconds() const;
+  static std::string format_duration(double seconds);
+  static std::string format_count(double n);
+
+ private:
+  void draw(bool final_line, const std::string& extra);
+  std::string label_, unit_;
+  uint64_t total_, done_ = 0;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+  bool tty_, finished_ = false;
+};
+
+}  // namespace ctrl

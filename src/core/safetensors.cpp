@@ -1,0 +1,170 @@
+#include "core/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace ctrl {
+
+int64_t TensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+static std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path) {
+  const size_t size = file_.size();
+  if (size < 8) fail(path + ": not a safetensors file: " + std::to_string(size) + " bytes, expected at least 8");
+  uint64_t header_len;
+  std::memcpy(&header_len, file_.data(), 8);
+  if (header_len > size - 8 || header_len > (100u << 20))
+    fail(path + ": corrupt safetensors header length " + std::to_string(header_len) + " for a file of " +
+         std::to_string(size) + " bytes");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(file_.data() + 8, file_.data() + 8 + header_len);
+  } catch (const std::exception& e) {
+    fail(path + ": safetensors header is not valid JSON: " + e.what());
+  }
+  if (!header.is_object()) fail(path + ": safetensors header: expected a JSON object");
+  const uint8_t* base = file_.data() + 8 + header_len;
+  const size_t data_size = size - 8 - header_len;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (!it.value().is_object()) fail(path + ": __metadata__: expected an object of strings");
+      for (auto m = it.value().begin(); m != it.value().end(); ++m) {
+        if (!m.value().is_string()) fail(path + ": __metadata__." + m.key() + ": expected a string");
+        metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = path + ": tensor '" + it.key() + "'";
+    const auto& v = it.value();
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      fail(where + ": expected {dtype, shape, data_offsets}");
+    TensorInfo info;
+    if (!v["dtype"].is_string() || !parse_dtype(v["dtype"].get<std::string>(), &info.dtype))
+      fail(where + ": unsupported dtype " + v["dtype"].dump());
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) fail(where + ": bad shape " + v["shape"].dump());
+      info.shape.push_back(d.get<int64_t>());
+    }
+    const auto& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      fail(where + ": bad data_offsets " + off.dump());
+    const size_t begin = off[0].get<size_t>(), end = off[1].get<size_t>();
+    if (begin > end || end > data_size)
+      fail(where + ": data_offsets " + off.dump() + " outside the " + std::to_string(data_size) + " data bytes");
+    info.nbytes = end - begin;
+    if (size_t(info.numel()) * dtype_size(info.dtype) != info.nbytes)
+      fail(where + ": " + std::to_string(info.nbytes) + " bytes do not match shape " + shape_str(info.shape) +
+           " of " + dtype_name(info.dtype));
+    info.data = base + begin;
+    ranges.emplace_back(begin, end);
+    tensors_[it.key()] = info;
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second) fail(path + ": safetensors tensors overlap");
+}
+
+const TensorInfo& SafetensorsReader::get(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) fail(path() + ": missing tensor '" + name + "'");
+  return it->second;
+}
+
+std::vector<float> SafetensorsReader::read_floats(const std::string& name,
+                                                  const std::vector<int64_t>& expected) const {
+  const TensorInfo& t = get(name);
+  if (!expected.empty() && t.shape != expected)
+    fail(path() + ": tensor '" + name + "' has shape " + shape_str(t.shape) + ", expected " + shape_str(expected));
+  const size_t n = size_t(t.numel());
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t* p = t.data + i * dtype_size(t.dtype);
+    switch (t.dtype) {
+      case DType::F32: std::memcpy(&out[i], p, 4); break;
+      case DType::F64: { double d; std::memcpy(&d, p, 8); out[i] = float(d); break; }
+      case DType::BF16: { uint16_t h; std::memcpy(&h, p, 2); out[i] = bf16_to_float(h); break; }
+      case DType::F16: { uint16_t h; std::memcpy(&h, p, 2); out[i] = f16_to_float(h); break; }
+      case DType::I32: { int32_t v; std::memcpy(&v, p, 4); out[i] = float(v); break; }
+      case DType::I64: { int64_t v; std::memcpy(&v, p, 8); out[i] = float(v); break; }
+      default: fail(path() + ": tensor '" + name + "': cannot read " + dtype_name(t.dtype) + " as float");
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> SafetensorsReader::read_ints(const std::string& name) const {
+  const TensorInfo& t = get(name);
+  const size_t n = size_t(t.numel());
+  std::vector<int64_t> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t* p = t.data + i * dtype_size(t.dtype);
+    switch (t.dtype) {
+      case DType::I64: std::memcpy(&out[i], p, 8); break;
+      case DType::I32: { int32_t v; std::memcpy(&v, p, 4); out[i] = v; break; }
+      case DType::U32: { uint32_t v; std::memcpy(&v, p, 4); out[i] = v; break; }
+      case DType::U16: { uint16_t v; std::memcpy(&v, p, 2); out[i] = v; break; }
+      case DType::U8: out[i] = *p; break;
+      default: fail(path() + ": tensor '" + name + "': expected integers, found " + dtype_name(t.dtype));
+    }
+  }
+  return out;
+}
+
+void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  entries_.push_back({name, dtype, std::move(shape), data, size_t(n) * dtype_size(dtype)});
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+  nlohmann::ordered_json header;
+  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  size_t offset = 0;
+  for (const auto& e : entries_) {
+    header[e.name] = {{"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.nbytes}}};
+    offset += e.nbytes;
+  }
+  std::string h = header.dump();
+  while ((h.size() + 8) % 8 != 0) h.push_back(' ');  // align data to 8 bytes
+  write_file_atomically(path, [&](std::FILE* f) {
+    const uint64_t len = h.size();
+    bool ok = std::fwrite(&len, 8, 1, f) == 1 && std::fwrite(h.data(), 1, h.size(), f) == h.size();
+    for (const auto& e : entries_)
+      if (ok && e.nbytes) ok = std::fwrite(e.data, 1, e.nbytes, f) == e.nbytes;
+    if (!ok) fail(path + ": write failed (disk full?)");
+  });
+}
+
+float bf16_to_float(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffff) > 0x7f800000) return uint16_t((u >> 16) | 0x40);  // NaN stays NaN
+  u += 0x7fff + ((u >> 16) & 1);
+  return uint16_t(u >> 16);
+}
+
+float f16_to_float(uint16_t h) { return float(std::bit_cast<_Float16>(h)); }
+uint16_t float_to_f16(float f) { return std::bit_cast<uint16_t>(_Float16(f)); }
+
+}  // namespace ctrl

@@ -1,0 +1,102 @@
+// Token shards: the one place where the corpus pipeline's output and the
+// trainer's input are defined.
+//
+// A shard file holds one control code's tokens for one split, documents
+// concatenated, each followed by the tokenizer's end-of-document id:
+//   64-byte header: magic "CTRLTOK1", u32 version (1), u32 token_bytes (2|4),
+//   u32 vocab_size, u32 crc32 of the token bytes, u64 n_tokens, u64 n_documents,
+//   then zero padding; then n_tokens little-endian tokens.
+// manifest.json in the same directory lists the codes, their token ids and
+// shards, the tokenizer file and its checksum, counts and the split.
+// Every file is written atomically; reading checks magic, version, sizes,
+// vocabulary bounds of the header and the checksum before use.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/file_io.h"
+
+namespace ctrl {
+
+constexpr char kShardMagic[8] = {'C', 'T', 'R', 'L', 'T', 'O', 'K', '1'};
+constexpr uint32_t kShardVersion = 1;
+
+// Writes one shard file from tokens in memory.
+void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, uint64_t n_documents,
+                 uint32_t vocab_size);
+
+// A validated, memory-mapped shard.
+class Shard {
+ public:
+  explicit Shard(const std::string& path, uint32_t expected_vocab_size);
+  uint64_t size() const { return n_tokens_; }
+  uint64_t documents() const { return n_documents_; }
+  uint32_t at(uint64_t i) const;
+  void copy(uint64_t offset, uint64_t n, int32_t* out) const;
+
+ private:
+  MappedFile file_;
+  const uint8_t* tokens_ = nullptr;
+  uint32_t token_bytes_ = 2;
+  uint64_t n_tokens_ = 0, n_documents_ = 0;
+};
+
+// One control code's tokens in one split, across its shards.
+class TokenStream {
+ public:
+  void add(std::shared_ptr<Shard> shard);
+  uint64_t size() const { return total_; }
+  uint64_t documents() const;
+  // Copies tokens [offset, offset + n) into out; the range must lie inside.
+  void copy(uint64_t offset, uint64_t n, int32_t* out) const;
+
+ private:
+  std::vector<std::shared_ptr<Shard>> shards_;
+  std::vector<uint64_t> starts_;
+  uint64_t total_ = 0;
+};
+
+struct ControlCode {
+  std::string name;
+  int32_t token_id = -1;
+  uint64_t documents_train = 0, documents_valid = 0;
+  std::vector<std::string> shards_train, shards_valid;  // file names relative to the directory
+};
+
+struct Manifest {
+  uint32_t vocab_size = 0;
+  int32_t eos_id = -1;
+  std::string tokenizer_file;  // relative to the directory; empty for token-only corpora
+  uint32_t tokenizer_crc32 = 0;
+  double valid_fraction = 0;
+  uint64_t split_seed = 0;
+  std::vector<ControlCode> codes;
+  std::string sources_json = "[]";  // free-form description of the inputs, kept verbatim
+
+  void write(const std::string& dir) const;                // dir/manifest.json, atomically
+  static Manifest read(const std::string& dir);            // validates fields
+};
+
+// A prepared corpus opened for training or evaluation.
+class Dataset {
+ public:
+  static Dataset open(const std::string& dir);
+  const Manifest& manifest() const { return manifest_; }
+  const std::string& dir() const { return dir_; }
+  size_t n_codes() const { return manifest_.codes.size(); }
+  const ControlCode& code(size_t i) const { return manifest_.codes[i]; }
+  const TokenStream& train(size_t i) const { return train_[i]; }
+  const TokenStream& valid(size_t i) const { return valid_[i]; }
+  // Index of the code with this name, or -1.
+  int find_code(const std::string& name) const;
+  std::string tokenizer_path() const;  // empty if none
+
+ private:
+  std::string dir_;
+  Manifest manifest_;
+  std::vector<TokenStream> train_, valid_;
+};
+
+}  // namespace ctrl

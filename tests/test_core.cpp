@@ -1,0 +1,84 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "data/shard.h"
+
+using namespace ctrl;
+
+static std::string temp_dir(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() / ("ctrl_test_" + name + "_" + std::to_string(getpid()));
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p.string();
+}
+
+TEST(Safetensors, RoundTripAndValidation) {
+  const std::string dir = temp_dir("st");
+  std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  std::vector<int64_t> b = {7, -8};
+  SafetensorsWriter w;
+  w.add("a", DType::F32, {2, 3}, a.data());
+  w.add("b", DType::I64, {2}, b.data());
+  w.set_metadata("k", "v");
+  w.write(dir + "/x.safetensors");
+  SafetensorsReader r(dir + "/x.safetensors");
+  EXPECT_EQ(r.read_floats("a", {2, 3}), a);
+  EXPECT_EQ(r.read_ints("b"), b);
+  EXPECT_EQ(r.metadata().at("k"), "v");
+  EXPECT_THROW(r.read_floats("a", {3, 2}), Error);
+  EXPECT_THROW(r.get("missing"), Error);
+  // A truncated file is rejected with a message naming it.
+  std::string bytes = read_file(dir + "/x.safetensors");
+  write_file_atomically(dir + "/bad.safetensors", bytes.substr(0, bytes.size() - 4));
+  try {
+    SafetensorsReader bad(dir + "/bad.safetensors");
+    FAIL() << "truncated file accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.safetensors"), std::string::npos);
+  }
+}
+
+TEST(Safetensors, HalfConversions) {
+  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 1e-3f}) {
+    EXPECT_NEAR(f16_to_float(float_to_f16(f)), f, std::abs(f) * 1e-3);
+    EXPECT_NEAR(bf16_to_float(float_to_bf16(f)), f, std::abs(f) * 1e-2);
+  }
+  EXPECT_EQ(float_to_bf16(1.00390625f), 0x3f80);  // ties round to even
+}
+
+TEST(Shards, WriteReadAndDetectCorruption) {
+  const std::string dir = temp_dir("shard");
+  write_shard(dir + "/train-A-00000.tok", {5, 6, 7, 2, 8, 9, 2}, 2, 100);
+  write_shard(dir + "/train-A-00001.tok", {10, 11, 2}, 1, 100);
+  write_shard(dir + "/valid-A-00000.tok", {12, 13, 2}, 1, 100);
+  Manifest m;
+  m.vocab_size = 100;
+  m.eos_id = 2;
+  ControlCode c;
+  c.name = "A";
+  c.token_id = 4;
+  c.documents_train = 3;
+  c.documents_valid = 1;
+  c.shards_train = {"train-A-00000.tok", "train-A-00001.tok"};
+  c.shards_valid = {"valid-A-00000.tok"};
+  m.codes.push_back(c);
+  m.write(dir);
+  Dataset d = Dataset::open(dir);
+  ASSERT_EQ(d.n_codes(), 1u);
+  EXPECT_EQ(d.train(0).size(), 10u);
+  EXPECT_EQ(d.train(0).documents(), 3u);
+  std::vector<int32_t> got(4);
+  d.train(0).copy(5, 4, got.data());  // spans both shards
+  EXPECT_EQ(got, (std::vector<int32_t>{9, 2, 10, 11}));
+  // Flip a token byte: the checksum catches it.
+  std::string bytes = read_file(dir + "/train-A-00001.tok");
+  bytes[64] ^= 1;
+  write_file_atomically(dir + "/train-A-00001.tok", bytes);
+  EXPECT_THROW(Dataset::open(dir), Error);
+  // Tokens outside the vocabulary are refused at write time.
+  EXPECT_THROW(write_shard(dir + "/x.tok", {100}, 1, 100), Error);
+}
