@@ -1,0 +1,69 @@
+// Corpus cleaning: the one place where text is normalized before it reaches
+// the tokenizer. NFKC happens here (ICU), so the SentencePiece model is
+// trained with normalization_rule_name=identity and never normalizes again:
+// what the shards hold is exactly the cleaned text, and `Tokenizer::encode`
+// applies this same normalization to prompts (see tokenizer/tokenizer.h).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+
+#include "corpus/document.h"
+
+namespace ctrl {
+
+// NFKC (ICU). Invalid UTF-8 sequences become U+FFFD before normalizing.
+std::string normalize_nfkc(std::string_view text);
+
+// Promises: NFKC; \r\n, \r, U+2028/2029 become \n; tabs and every other
+// Unicode space become ' '; control (Cc except \n), format (Cf), private-use
+// and unassigned code points and U+FFFD are removed; runs of spaces collapse to
+// one; lines are trimmed; runs of blank lines collapse to one blank line; no
+// leading or trailing blank lines. Idempotent: clean_text(clean_text(x)) == clean_text(x).
+std::string clean_text(std::string_view text);
+
+// Number of Unicode code points in valid UTF-8 (continuation bytes not counted).
+uint64_t count_chars(std::string_view utf8);
+
+// A 64-bit hash of text that is the same on every platform and version
+// (FNV-1a followed by a splitmix finalizer); used for dedup and the split.
+uint64_t text_hash(std::string_view text);
+
+// Deterministic train/held-out decision for a document: a pure function of
+// (text hash, seed), so the split does not depend on order or thread count.
+double split_score(uint64_t hash, uint64_t seed);  // uniform in [0, 1)
+inline bool is_held_out(uint64_t hash, uint64_t seed, double valid_fraction) {
+  return split_score(hash, seed) < valid_fraction;
+}
+
+struct CleanOptions {
+  uint64_t min_chars = 20;  // documents shorter than this (after cleaning) are dropped
+};
+
+// What cleaning kept and dropped for one source, and why.
+struct CleanStats {
+  uint64_t documents_in = 0, documents_kept = 0;
+  uint64_t chars_in = 0, chars_kept = 0, chars_dropped = 0;  // code points, after cleaning
+  std::map<std::string, uint64_t> dropped;                    // reason -> documents
+};
+
+// Filters cleaned documents: drops empty, too-short and exact-duplicate ones
+// (duplicates across all sources, by text_hash of the cleaned text; the first
+// occurrence in input order is kept). Not thread-safe: call in input order.
+class DocumentFilter {
+ public:
+  explicit DocumentFilter(CleanOptions options) : options_(options) {}
+  // `text` must already be clean_text()'s output. Returns true if kept.
+  bool accept(std::string_view text, CleanStats& stats);
+  static const char* kEmpty;
+  static const char* kTooShort;
+  static const char* kDuplicate;
+
+ private:
+  CleanOptions options_;
+  std::unordered_set<uint64_t> seen_;
+};
+
+}  // namespace ctrl

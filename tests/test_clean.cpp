@@ -1,0 +1,76 @@
+// Cleaning: NFKC, control characters, whitespace, dedup, deterministic split.
+#include <gtest/gtest.h>
+
+#include "corpus/clean.h"
+
+namespace ctrl {
+namespace {
+
+TEST(Clean, NfkcFoldsWidthAndCompatibilityForms) {
+  // Half-width katakana, full-width Latin and digits, circled digit, ideographic space.
+  EXPECT_EQ(normalize_nfkc("ｶﾀｶﾅ ＡＢＣ１２３ ①"), "カタカナ ABC123 1");
+  EXPECT_EQ(clean_text("ｶﾞｯｺｳ\u3000で　ＡＩ"), "ガッコウ で AI");
+  // Already normalized Japanese is unchanged.
+  EXPECT_EQ(clean_text("日本語の文章です。"), "日本語の文章です。");
+}
+
+TEST(Clean, RemovesControlCharactersKeepsNewlines) {
+  EXPECT_EQ(clean_text("a\x01" "b\x7f" "c\tz"), "abc z");
+  EXPECT_EQ(clean_text("x\u200By\uFEFFz\uE000!"), "xyz!");  // zero-width space, BOM, private use
+  EXPECT_EQ(clean_text("one\r\ntwo\rthree\u2028four"), "one\ntwo\nthree\nfour");
+  EXPECT_EQ(clean_text("bad\xff\xfe utf8"), "bad utf8");
+}
+
+TEST(Clean, CollapsesWhitespacePerLineAndBlankLines) {
+  EXPECT_EQ(clean_text("  a   b \t c  \n\n\n\n   d  \n \n"), "a b c\n\nd");
+  EXPECT_EQ(clean_text("\n\n  \n"), "");
+  EXPECT_EQ(clean_text("a\n \nb"), "a\n\nb");
+}
+
+TEST(Clean, IsIdempotent) {
+  for (const char* s : {"ｶﾀｶﾅ\t\t x\r\n\r\n\r\ny", "  ①②\u00a0\u3000end ", "e\u200d\u0301 \x01z", "日本\n\n\n語"}) {
+    const std::string once = clean_text(s);
+    EXPECT_EQ(clean_text(once), once) << s;
+  }
+}
+
+TEST(Clean, CountsCodePoints) {
+  EXPECT_EQ(count_chars("日本語abc"), 6u);
+  EXPECT_EQ(count_chars(""), 0u);
+}
+
+TEST(Clean, FilterDropsEmptyShortAndDuplicates) {
+  DocumentFilter filter(CleanOptions{5});
+  CleanStats stats;
+  EXPECT_FALSE(filter.accept("", stats));
+  EXPECT_FALSE(filter.accept("短い", stats));
+  EXPECT_TRUE(filter.accept("これは十分に長い文書です。", stats));
+  EXPECT_FALSE(filter.accept("これは十分に長い文書です。", stats));
+  EXPECT_TRUE(filter.accept("これは別の長い文書です。", stats));
+  EXPECT_EQ(stats.documents_in, 5u);
+  EXPECT_EQ(stats.documents_kept, 2u);
+  EXPECT_EQ(stats.dropped[DocumentFilter::kEmpty], 1u);
+  EXPECT_EQ(stats.dropped[DocumentFilter::kTooShort], 1u);
+  EXPECT_EQ(stats.dropped[DocumentFilter::kDuplicate], 1u);
+  EXPECT_EQ(stats.chars_kept, 13u + 12u);
+  EXPECT_EQ(stats.chars_dropped, 2u + 13u);
+}
+
+TEST(Clean, SplitIsDeterministicSeededAndNearTheFraction) {
+  int held = 0, differs = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const uint64_t h = text_hash("document " + std::to_string(i));
+    EXPECT_EQ(is_held_out(h, 7, 0.1), is_held_out(h, 7, 0.1));
+    held += is_held_out(h, 7, 0.1);
+    differs += is_held_out(h, 7, 0.1) != is_held_out(h, 8, 0.1);
+  }
+  EXPECT_NEAR(held / 20000.0, 0.1, 0.01);
+  EXPECT_GT(differs, 1000);  // another seed gives another split
+  EXPECT_FALSE(is_held_out(text_hash("x"), 1, 0.0));
+  // The hash is fixed across platforms and versions (the split must not move).
+  EXPECT_EQ(text_hash("日本語"), 16336644465870788801ull);
+  EXPECT_NE(text_hash("a"), text_hash("b"));
+}
+
+}  // namespace
+}  // namespace ctrl
