@@ -1,0 +1,378 @@
+// gemm_libs: compares the GEMM libraries available as Debian packages on the
+// shapes one training step of the `small` preset runs, so that the engine's
+// GEMM layer (src/ops/cpu/gemm.cpp) is chosen by measurement.
+//
+// Shape letters: M rows of C, N columns of C, K the reduced dimension.
+// `small` preset: tokens 8*256 = 2048, D 384, F 1536, V 32000, head dim 64.
+//
+// Libraries: OpenBLAS (cblas_sgemm; threads from openblas_set_num_threads),
+// BLIS (typed API bli_sgemm_ex with an explicit thread count), oneDNN
+// (dnnl_sgemm, and the matmul primitive for fp32 and bf16), and the engine's
+// own ctrl::cpu::gemm_f32 / gemm_bf16 for comparison.
+//
+// Usage: gemm_libs [--threads 1,2] [--libs openblas,blis,dnnl_sgemm,dnnl_matmul,ctrl]
+//                  [--seconds 0.3] [--shapes substring]
+// Prints one table per thread count: GFLOP/s per library and shape, and the
+// ratio of each to the best library on that shape.
+//
+// Note: OpenBLAS and BLIS both export cblas_sgemm; OpenBLAS is linked first so
+// the cblas_* names resolve to it, and BLIS is called only through bli_*.
+#include <blis.h>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/cpu/gemm.h"
+
+// OpenBLAS's cblas.h would clash with blis.h, which declares the same
+// cblas_sgemm (it resolves to OpenBLAS, linked first); the OpenBLAS-only entry
+// points used here are declared by hand.
+extern "C" {
+void openblas_set_num_threads(int n);
+char* openblas_get_corename(void);
+char* openblas_get_config(void);
+}
+
+namespace {
+
+using md = dnnl::memory::desc;
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+
+struct Shape {
+  std::string name;
+  bool ta, tb;
+  int64_t M, N, K;
+  float beta;
+  int heads;  // > 0: `heads` independent products inside one omp parallel for
+};
+
+// The products of one training step of `small`, plus attention and a square.
+std::vector<Shape> shapes() {
+  const int64_t T = 2048, D = 384, F = 1536, V = 32000;
+  return {
+      {"qkv/proj fwd  x.W^T", false, true, T, D, D, 0.f, 0},
+      {"qkv/proj dx   dy.W", false, false, T, D, D, 0.f, 0},
+      {"qkv/proj dW   dy^T.x", true, false, D, D, T, 1.f, 0},
+      {"ffn up fwd    x.W^T", false, true, T, F, D, 0.f, 0},
+      {"ffn up dx     dy.W", false, false, T, D, F, 0.f, 0},
+      {"ffn up dW     dy^T.x", true, false, F, D, T, 1.f, 0},
+      {"ffn down fwd  x.W^T", false, true, T, D, F, 0.f, 0},
+      {"logits fwd    x.E^T", false, true, T, V, D, 0.f, 0},
+      {"logits dx     dy.E", false, false, T, D, V, 0.f, 0},
+      {"logits dE     dy^T.x", true, false, V, D, T, 1.f, 0},
+      {"attn q.k^T  x48 heads", false, true, 256, 256, 64, 0.f, 48},
+      {"attn p.v    x48 heads", false, false, 256, 64, 256, 0.f, 48},
+      {"attn dp^T.q x48 heads", true, false, 256, 64, 256, 0.f, 48},
+      {"square 2048^3", false, false, 2048, 2048, 2048, 0.f, 0},
+  };
+}
+
+// Row-major storage sizes: op(A) is M x K, op(B) is K x N.
+int64_t rows_a(const Shape& s) { return s.ta ? s.K : s.M; }
+int64_t cols_a(const Shape& s) { return s.ta ? s.M : s.K; }
+int64_t rows_b(const Shape& s) { return s.tb ? s.N : s.K; }
+int64_t cols_b(const Shape& s) { return s.tb ? s.K : s.N; }
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+// One oneDNN matmul primitive for a fixed shape, created up front (creation
+// time is reported separately). User-managed scratchpad so concurrent calls
+// from an omp parallel region are safe.
+struct DnnlMatmul {
+  dnnl::matmul prim;
+  size_t scratch_bytes = 0;
+  double create_ms = 0;
+};
+
+dnnl::engine& dnnl_engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+DnnlMatmul make_matmul(const Shape& s, bool bf16) {
+  const auto dtype = bf16 ? dt::bf16 : dt::f32;
+  const int64_t lda = cols_a(s), ldb = cols_b(s), ldc = s.N;
+  const auto t0 = std::chrono::steady_clock::now();
+  md a({s.M, s.K}, dtype, s.ta ? dims{1, lda} : dims{lda, 1});
+  md b({s.K, s.N}, dtype, s.tb ? dims{1, ldb} : dims{ldb, 1});
+  md c({s.M, s.N}, dt::f32, dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (s.beta != 0.f) {
+    dnnl::post_ops po;
+    po.append_sum(s.beta);
+    attr.set_post_ops(po);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, dnnl_engine());
+  DnnlMatmul m;
+  m.prim = dnnl::matmul(pd);
+  m.scratch_bytes = pd.scratchpad_desc().get_size();
+  m.create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+void run_matmul(const DnnlMatmul& m, const Shape& s, bool bf16, const void* A, const void* B,
+                float* C) {
+  using md = dnnl::memory::desc;
+  thread_local dnnl::stream strm(dnnl_engine());
+  thread_local std::vector<uint8_t> scratch;
+  if (scratch.size() < m.scratch_bytes) scratch.resize(m.scratch_bytes);
+  const auto dtype = bf16 ? dt::bf16 : dt::f32;
+  const int64_t lda = cols_a(s), ldb = cols_b(s);
+  md a({s.M, s.K}, dtype, s.ta ? dims{1, lda} : dims{lda, 1});
+  md b({s.K, s.N}, dtype, s.tb ? dims{1, ldb} : dims{ldb, 1});
+  md c({s.M, s.N}, dt::f32, dims{s.N, 1});
+  auto& eng = dnnl_engine();
+  dnnl::memory ma(a, eng, const_cast<void*>(A)), mb(b, eng, const_cast<void*>(B)), mc(c, eng, C);
+  dnnl::memory ms({{static_cast<int64_t>(m.scratch_bytes)}, dt::u8, dnnl::memory::format_tag::a},
+                  eng, scratch.data());
+  m.prim.execute(strm, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
+                        {DNNL_ARG_SCRATCHPAD, ms}});
+  strm.wait();
+}
+
+// One library call computing one product of shape s (single product; the
+// attention rows call it per head inside an omp parallel for).
+using Call = std::function<void(const Shape&, const void* A, const void* B, float* C)>;
+
+struct Lib {
+  std::string name;
+  bool bf16;
+  Call call;
+  std::function<void(const Shape&)> prepare;  // per shape, outside the timing
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// GFLOP/s of lib on s: one warm-up, then repeats for at least `secs` (3 at least).
+double time_lib(const Lib& lib, const Shape& s, const void* A, const void* B, float* C,
+                double secs) {
+  const int heads = std::max(1, s.heads);
+  const int64_t a_sz = rows_a(s) * cols_a(s), b_sz = rows_b(s) * cols_b(s), c_sz = s.M * s.N;
+  const size_t el = lib.bf16 ? 2 : 4;
+  auto once = [&] {
+    if (s.heads > 0) {
+#pragma omp parallel for schedule(static)
+      for (int h = 0; h < heads; ++h)
+        lib.call(s, static_cast<const char*>(A) + h * a_sz * el,
+                 static_cast<const char*>(B) + h * b_sz * el, C + h * c_sz);
+    } else {
+      lib.call(s, A, B, C);
+    }
+  };
+  once();
+  int reps = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  do {
+    once();
+    ++reps;
+  } while (reps < 3 || seconds_since(t0) < secs);
+  const double flops = 2.0 * s.M * s.N * s.K * heads * reps;
+  return flops / seconds_since(t0) / 1e9;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t p = 0;
+  while (p <= s.size()) {
+    size_t q = s.find(',', p);
+    if (q == std::string::npos) q = s.size();
+    if (q > p) out.push_back(s.substr(p, q - p));
+    p = q + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> threads = {1, 2};
+  std::string libs_arg = "openblas,blis,dnnl_sgemm,dnnl_matmul,ctrl";
+  std::string shape_filter;
+  double secs = 0.3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--threads") {
+      threads.clear();
+      for (auto& t : split(v)) threads.push_back(std::atoi(t.c_str()));
+    } else if (k == "--libs") {
+      libs_arg = v;
+    } else if (k == "--seconds") {
+      secs = std::atof(v.c_str());
+    } else if (k == "--shapes") {
+      shape_filter = v;
+    } else {
+      std::fprintf(stderr, "gemm_libs: unknown flag %s\n", k.c_str());
+      return 2;
+    }
+  }
+  const auto wanted = split(libs_arg);
+  auto want = [&](const std::string& n) {
+    return std::find(wanted.begin(), wanted.end(), n) != wanted.end();
+  };
+
+  bli_init();  // the arch query below needs an initialised BLIS
+  const char* ct = std::getenv("OPENBLAS_CORETYPE");
+  std::printf("OpenBLAS %s, core %s (OPENBLAS_CORETYPE=%s)\n", openblas_get_config(),
+              openblas_get_corename(), ct ? ct : "<unset>");
+  std::printf("BLIS %s, sgemm kernel config %s\n", bli_info_get_version_str(),
+              bli_arch_string(bli_arch_query_id()));
+  const auto* dv = dnnl_version();
+  std::printf("oneDNN %d.%d.%d, effective ISA code %d (avx512_core_bf16=%d, avx512_core_amx=%d)\n",
+              dv->major, dv->minor, dv->patch, static_cast<int>(dnnl::get_effective_cpu_isa()),
+              static_cast<int>(dnnl::cpu_isa::avx512_core_bf16),
+              static_cast<int>(dnnl::cpu_isa::avx512_core_amx));
+  std::printf("ctrl::cpu::cpu_has_native_bf16() = %d\n\n", ctrl::cpu::cpu_has_native_bf16());
+
+  // Current-thread-count handle for the BLIS and OpenBLAS calls: inside an
+  // omp parallel region every library call is single-threaded.
+  int lib_threads = 1;
+  auto inner_threads = [&] { return omp_in_parallel() ? 1 : lib_threads; };
+
+  std::map<std::string, DnnlMatmul> mm_cache;  // filled in prepare(), read-only when timed
+  auto key = [](const Shape& s, bool bf16) { return s.name + (bf16 ? "/bf16" : "/f32"); };
+
+  std::vector<Lib> libs;
+  if (want("openblas"))
+    libs.push_back({"openblas", false,
+                    [&](const Shape& s, const void* A, const void* B, float* C) {
+                      cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
+                                  s.tb ? CblasTrans : CblasNoTrans, s.M, s.N, s.K, 1.f,
+                                  static_cast<const float*>(A), cols_a(s),
+                                  static_cast<const float*>(B), cols_b(s), s.beta, C, s.N);
+                    },
+                    [&](const Shape& s) {
+                      openblas_set_num_threads(s.heads > 0 ? 1 : lib_threads);
+                    }});
+  if (want("blis"))
+    libs.push_back({"blis", false,
+                    [&](const Shape& s, const void* A, const void* B, float* C) {
+                      rntm_t rntm = BLIS_RNTM_INITIALIZER;
+                      bli_rntm_set_num_threads(inner_threads(), &rntm);
+                      float alpha = 1.f, beta = s.beta;
+                      // Row-major: row stride = leading dimension, column stride 1.
+                      bli_sgemm_ex(s.ta ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE,
+                                   s.tb ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, s.M, s.N, s.K,
+                                   &alpha, const_cast<float*>(static_cast<const float*>(A)),
+                                   cols_a(s), 1, const_cast<float*>(static_cast<const float*>(B)),
+                                   cols_b(s), 1, &beta, C, s.N, 1, nullptr, &rntm);
+                    },
+                    nullptr});
+  if (want("dnnl_sgemm"))
+    libs.push_back({"dnnl_sgemm", false,
+                    [&](const Shape& s, const void* A, const void* B, float* C) {
+                      dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.M, s.N, s.K, 1.f,
+                                 static_cast<const float*>(A), cols_a(s),
+                                 static_cast<const float*>(B), cols_b(s), s.beta, C, s.N);
+                    },
+                    nullptr});
+  for (bool bf16 : {false, true}) {
+    if (!want("dnnl_matmul")) break;
+    libs.push_back({bf16 ? "dnnl_matmul_bf16" : "dnnl_matmul", bf16,
+                    [&, bf16](const Shape& s, const void* A, const void* B, float* C) {
+                      run_matmul(mm_cache.at(key(s, bf16)), s, bf16, A, B, C);
+                    },
+                    [&, bf16](const Shape& s) {
+                      // Primitives depend on the thread count at creation: make a fresh one.
+                      if (s.heads > 0) {
+                        DnnlMatmul m;
+#pragma omp parallel num_threads(1)
+                        m = make_matmul(s, bf16);
+                        mm_cache[key(s, bf16)] = m;
+                      } else {
+                        mm_cache[key(s, bf16)] = make_matmul(s, bf16);
+                      }
+                    }});
+  }
+  for (bool bf16 : {false, true}) {
+    if (!want("ctrl")) break;
+    libs.push_back({bf16 ? "ctrl_bf16" : "ctrl_f32", bf16,
+                    [bf16](const Shape& s, const void* A, const void* B, float* C) {
+                      if (bf16)
+                        ctrl::cpu::gemm_bf16(s.ta, s.tb, s.M, s.N, s.K, 1.f,
+                                             static_cast<const uint16_t*>(A), cols_a(s),
+                                             static_cast<const uint16_t*>(B), cols_b(s), s.beta,
+                                             C, s.N);
+                      else
+                        ctrl::cpu::gemm_f32(s.ta, s.tb, s.M, s.N, s.K, 1.f,
+                                            static_cast<const float*>(A), cols_a(s),
+                                            static_cast<const float*>(B), cols_b(s), s.beta, C,
+                                            s.N);
+                    },
+                    nullptr});
+  }
+
+  std::vector<Shape> all;
+  for (auto& s : shapes())
+    if (shape_filter.empty() || s.name.find(shape_filter) != std::string::npos) all.push_back(s);
+
+  for (int nt : threads) {
+    omp_set_num_threads(nt);
+    lib_threads = nt;
+    bli_thread_set_num_threads(nt);
+    std::printf("== %d thread%s (GFLOP/s; in brackets: ratio to the best fp32 library) ==\n", nt,
+                nt > 1 ? "s" : "");
+    std::printf("%-24s %14s", "shape (M x N x K)", "");
+    for (auto& l : libs) std::printf(" %17s", l.name.c_str());
+    std::printf("\n");
+    std::vector<double> create_ms;
+    for (auto& s : all) {
+      const int heads = std::max(1, s.heads);
+      const size_t a_sz = rows_a(s) * cols_a(s) * heads, b_sz = rows_b(s) * cols_b(s) * heads,
+                   c_sz = s.M * s.N * heads;
+      std::vector<float> A(a_sz), B(b_sz), C(c_sz, 0.f);
+      std::vector<uint16_t> A16(a_sz), B16(b_sz);
+      uint64_t x = 12345;
+      auto rnd = [&] {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        return static_cast<float>((x >> 40) & 0xffff) / 65536.f - 0.5f;
+      };
+      for (size_t i = 0; i < a_sz; ++i) A16[i] = to_bf16(A[i] = rnd());
+      for (size_t i = 0; i < b_sz; ++i) B16[i] = to_bf16(B[i] = rnd());
+      std::vector<double> g;
+      for (auto& l : libs) {
+        if (l.prepare) l.prepare(s);
+        std::fill(C.begin(), C.end(), 0.f);
+        g.push_back(l.bf16 ? time_lib(l, s, A16.data(), B16.data(), C.data(), secs)
+                           : time_lib(l, s, A.data(), B.data(), C.data(), secs));
+      }
+      double best = 0;
+      for (size_t i = 0; i < libs.size(); ++i)
+        if (!libs[i].bf16 && libs[i].name.rfind("ctrl", 0) != 0) best = std::max(best, g[i]);
+      char dims[64];
+      std::snprintf(dims, sizeof dims, "%ldx%ldx%ld", long(s.M), long(s.N), long(s.K));
+      std::printf("%-24s %14s", s.name.c_str(), dims);
+      for (double v : g) std::printf(" %8.1f (%5.2fx)", v, best > 0 ? v / best : 0.0);
+      std::printf("\n");
+      std::fflush(stdout);
+      for (auto& [k, m] : mm_cache) create_ms.push_back(m.create_ms);
+      mm_cache.clear();
+    }
+    if (!create_ms.empty()) {
+      std::sort(create_ms.begin(), create_ms.end());
+      std::printf("oneDNN matmul primitive creation: median %.3f ms, max %.3f ms (%zu primitives)\n",
+                  create_ms[create_ms.size() / 2], create_ms.back(), create_ms.size());
+    }
+    std::printf("\n");
+  }
+  return 0;
+}

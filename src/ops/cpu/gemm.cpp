@@ -1,0 +1,242 @@
+// CPU GEMM through oneDNN (chosen by measurement, see docs/gemm.md).
+//
+// Both dtypes use oneDNN's matmul primitive: it JIT-compiles AVX-512 (and
+// AVX512-BF16 / AMX) kernels for the exact shape and strides. Primitives are
+// created once per (dtype, transposes, shape, leading dimensions, alpha, beta,
+// thread count) and kept in a process-wide cache guarded by a shared mutex;
+// execution uses a per-thread stream and a per-thread user-managed scratchpad,
+// so concurrent calls from an OpenMP parallel region are safe.
+#include "ops/cpu/gemm.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <shared_mutex>
+#include <tuple>
+#include <vector>
+
+#include "core/error.h"
+
+namespace ctrl::cpu {
+namespace {
+
+using md = dnnl::memory::desc;
+using dt = dnnl::memory::data_type;
+using dims = dnnl::memory::dims;
+
+dnnl::engine& engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+// Everything a primitive is specialised on.
+struct Key {
+  bool bf16, ta, tb;
+  int64_t M, N, K, lda, ldb, ldc;
+  float alpha, beta;
+  int threads;
+  auto tie() const { return std::tie(bf16, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, threads); }
+  bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+
+struct Entry {
+  dnnl::matmul prim;  // empty when oneDNN has no implementation (bf16 fallback)
+  md a, b, c;
+  size_t scratch_bytes = 0;
+};
+
+// Memory descriptors of the row-major operands: op(A) is M x K, op(B) K x N.
+void describe(const Key& k, Entry& e) {
+  const auto dtype = k.bf16 ? dt::bf16 : dt::f32;
+  e.a = md({k.M, k.K}, dtype, k.ta ? dims{1, k.lda} : dims{k.lda, 1});
+  e.b = md({k.K, k.N}, dtype, k.tb ? dims{1, k.ldb} : dims{k.ldb, 1});
+  e.c = md({k.M, k.N}, dt::f32, dims{k.ldc, 1});
+}
+
+std::shared_ptr<const Entry> create(const Key& k) {
+  auto e = std::make_shared<Entry>();
+  describe(k, *e);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (k.alpha != 1.f) attr.set_output_scales(0, {k.alpha});
+  if (k.beta != 0.f) {
+    dnnl::post_ops po;
+    po.append_sum(k.beta);  // C = alpha*A*B + beta*C_old
+    attr.set_post_ops(po);
+  }
+  // oneDNN sizes a primitive's work split by omp_get_max_threads() at
+  // creation; inside a parallel region the ICV is set to 1 for this task only.
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(k.threads);
+  try {
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->a, e->b, e->c), attr, engine());
+    e->prim = dnnl::matmul(pd);
+    e->scratch_bytes = pd.scratchpad_desc().get_size();
+  } catch (const dnnl::error&) {
+    if (!k.bf16) {
+      omp_set_num_threads(saved);
+      throw;  // fp32 matmul always has an implementation
+    }
+    // No bf16 matmul on this CPU: gemm_bf16 falls back to widening to fp32.
+  }
+  omp_set_num_threads(saved);
+  return e;
+}
+
+std::shared_ptr<const Entry> lookup(const Key& k) {
+  static std::shared_mutex mu;
+  static std::map<Key, std::shared_ptr<const Entry>> cache;
+  {
+    std::shared_lock lock(mu);
+    auto it = cache.find(k);
+    if (it != cache.end()) return it->second;
+  }
+  auto e = create(k);  // outside the lock: creation JIT-compiles (milliseconds)
+  std::unique_lock lock(mu);
+  return cache.emplace(k, std::move(e)).first->second;
+}
+
+void check_args(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                int64_t ldc) {
+  CTRL_ASSERT(M >= 0 && N >= 0 && K >= 0);
+  CTRL_ASSERT(lda >= std::max<int64_t>(1, ta ? M : K));
+  CTRL_ASSERT(ldb >= std::max<int64_t>(1, tb ? K : N));
+  CTRL_ASSERT(ldc >= std::max<int64_t>(1, N));
+}
+
+// C = beta*C for the K == 0 case (beta == 0 overwrites with zeros).
+void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
+}
+
+// Runs the cached primitive; returns false when there is none (bf16 fallback).
+bool run(const Key& k, const void* A, const void* B, float* C) {
+  auto e = lookup(k);
+  if (!e->prim) return false;
+  thread_local dnnl::stream strm(engine());
+  thread_local std::vector<uint8_t> scratch;
+  if (scratch.size() < e->scratch_bytes) scratch.resize(e->scratch_bytes);
+  auto& eng = engine();
+  dnnl::memory ma(e->a, eng, const_cast<void*>(A)), mb(e->b, eng, const_cast<void*>(B));
+  dnnl::memory mc(e->c, eng, C);
+  dnnl::memory ms(md({static_cast<int64_t>(e->scratch_bytes)}, dt::u8, dnnl::memory::format_tag::a),
+                  eng, scratch.data());
+  e->prim.execute(strm, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
+                         {DNNL_ARG_SCRATCHPAD, ms}});
+  strm.wait();
+  return true;
+}
+
+int current_threads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
+float bf16_to_f32(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Widens a rows x cols bf16 matrix (leading dimension ld) to dense fp32.
+std::vector<float> widen(const uint16_t* X, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<float> out(rows * cols);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = bf16_to_f32(X[i * ld + j]);
+  return out;
+}
+
+template <typename T>
+void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const T* A,
+               int64_t lda, const T* B, int64_t ldb, float beta, float* C, int64_t ldc,
+               float (*load)(T)) {
+  check_args(ta, tb, M, N, K, lda, ldb, ldc);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < K; ++p) {
+        const double a = load(ta ? A[p * lda + i] : A[i * lda + p]);
+        const double b = load(tb ? B[j * ldb + p] : B[p * ldb + j]);
+        acc += a * b;
+      }
+      const double old = beta == 0.f ? 0.0 : double(beta) * C[i * ldc + j];
+      C[i * ldc + j] = static_cast<float>(double(alpha) * acc + old);
+    }
+}
+
+}  // namespace
+
+void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+              int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  check_args(ta, tb, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, C, ldc);
+  const Key k{false, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, current_threads()};
+  CTRL_ASSERT(run(k, A, B, C));
+}
+
+void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  check_args(ta, tb, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_c(M, N, beta, C, ldc);
+  const Key k{true, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, current_threads()};
+  if (run(k, A, B, C)) return;
+  // No bf16 kernel in oneDNN for this CPU: exact widening, then the fp32 path.
+  const auto a = widen(A, ta ? K : M, ta ? M : K, lda);
+  const auto b = widen(B, tb ? N : K, tb ? K : N, ldb);
+  gemm_f32(ta, tb, M, N, K, alpha, a.data(), ta ? M : K, b.data(), tb ? K : N, beta, C, ldc);
+}
+
+void gemm_f32_reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                        float* C, int64_t ldc) {
+  reference<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                   [](float x) { return x; });
+}
+
+void gemm_bf16_reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                         const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
+                         float beta, float* C, int64_t ldc) {
+  reference<uint16_t>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16_to_f32);
+}
+
+bool cpu_has_native_bf16() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;
+}
+
+double measure_gemm_peak_gflops(bool bf16, double seconds) {
+  const int64_t n = 2048;  // large enough for peak, small enough for 2 cores
+  std::vector<float> a(n * n), b(n * n), c(n * n);
+  std::vector<uint16_t> a16(n * n), b16(n * n);
+  for (int64_t i = 0; i < n * n; ++i) {
+    a[i] = static_cast<float>(i % 17) * 0.01f;
+    b[i] = static_cast<float>(i % 13) * 0.01f;
+    a16[i] = 0x3c00 + static_cast<uint16_t>(i % 64);  // bf16 values in [2^-7, 2^-6)
+    b16[i] = 0x3c00 + static_cast<uint16_t>(i % 31);
+  }
+  auto once = [&] {
+    if (bf16)
+      gemm_bf16(false, false, n, n, n, 1.f, a16.data(), n, b16.data(), n, 0.f, c.data(), n);
+    else
+      gemm_f32(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+  };
+  once();  // primitive creation and first touch stay out of the timing
+  int reps = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  do {
+    once();
+    ++reps;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } while (elapsed < seconds);
+  return 2.0 * n * n * n * reps / elapsed / 1e9;
+}
+
+}  // namespace ctrl::cpu

@@ -1,0 +1,48 @@
+// The CPU GEMM layer: every matrix product of the CPU engine goes through here.
+// The library behind it was chosen by measurement (bench/gemm_libs.cpp,
+// docs/gemm.md).
+//
+// Shape letters: C is M x N, the product reduces over K. All matrices are
+// row-major with leading dimensions (lda >= columns of the stored A, etc.).
+//
+// Promises, for every function below:
+//  - Called outside any OpenMP parallel region, it uses omp_get_max_threads()
+//    threads. Called inside one (e.g. per attention head), it runs
+//    single-threaded on the calling thread and may be called concurrently.
+//  - Deterministic: for a fixed thread count, the same inputs give
+//    bit-identical outputs (training is reproducible bit for bit).
+//  - beta == 0 means C is overwritten (its old contents, even NaN, are ignored).
+#pragma once
+#include <cstdint>
+
+namespace ctrl::cpu {
+
+// C[M,N] = alpha * op(A) * op(B) + beta * C, op(X) = X or Xᵀ.
+// A is stored M x K (K x M when trans_a), B is stored K x N (N x K when trans_b).
+void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+              int64_t ldc);
+
+// Same with bf16 inputs (uint16_t bit patterns), fp32 accumulation and fp32 C.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta,
+               float* C, int64_t ldc);
+
+// Plain triple-loop references with double accumulation, for tests. Slow.
+void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                        float* C, int64_t ldc);
+void gemm_bf16_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                         float alpha, const uint16_t* A, int64_t lda, const uint16_t* B,
+                         int64_t ldb, float beta, float* C, int64_t ldc);
+
+// Whether the CPU runs bf16 products natively (AVX512-BF16 or AMX), as the
+// GEMM library detects it; without it bf16 products are emulated (slower).
+bool cpu_has_native_bf16();
+
+// Measured GEMM peak of this machine for the dtype with the current OpenMP
+// thread count: runs a large square GEMM repeatedly for about `seconds` and
+// returns GFLOP/s (used by `ctrl bench`).
+double measure_gemm_peak_gflops(bool bf16, double seconds = 1.0);
+
+}  // namespace ctrl::cpu

@@ -1,0 +1,240 @@
+// Tests of the CPU GEMM layer (src/ops/cpu/gemm.h) against the double-
+// accumulating references: every transpose combination, odd sizes, alpha and
+// beta, padded leading dimensions, determinism, and calls from inside an
+// OpenMP parallel region. Shape letters: C is M x N, reduced over K.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "ops/cpu/gemm.h"
+
+using namespace ctrl::cpu;
+
+namespace {
+
+// Deterministic values in [-1, 1).
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& f : v) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    f = static_cast<float>((x >> 40) & 0xffffff) / 8388608.f - 1.f;
+  }
+  return v;
+}
+
+uint16_t to_bf16(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = to_bf16(v[i]);
+  return out;
+}
+
+std::vector<float> abs_of(const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = std::fabs(v[i]);
+  return out;
+}
+
+std::vector<uint16_t> abs_of(const std::vector<uint16_t>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = v[i] & 0x7fff;
+  return out;
+}
+
+struct Case {
+  bool ta, tb;
+  int64_t M, N, K;
+  float alpha, beta;
+  int64_t pad;  // extra columns in every leading dimension
+};
+
+// Runs one case through gemm (fp32 or bf16) and the reference, and checks
+// every element of C against the reference within the fp32 rounding bound
+// 2*K*eps*(|alpha|*|A|·|B| + |beta*C|) and that the padding is untouched.
+template <typename T>
+void check_case(const Case& c, bool bf16) {
+  const int64_t ra = c.ta ? c.K : c.M, ca = c.ta ? c.M : c.K;
+  const int64_t rb = c.tb ? c.N : c.K, cb = c.tb ? c.K : c.N;
+  const int64_t lda = ca + c.pad, ldb = cb + c.pad, ldc = c.N + c.pad;
+  const auto af = random_floats(ra * lda, c.M * 131 + c.K);
+  const auto bf = random_floats(rb * ldb, c.N * 7 + c.K * 3);
+  const auto c0 = random_floats(c.M * ldc, 99);
+  std::vector<float> got = c0, want = c0, bound(c.M * ldc, 0.f);
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    const auto a = to_bf16(af), b = to_bf16(bf);
+    gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, a.data(), lda, b.data(), ldb, c.beta, got.data(), ldc);
+    gemm_bf16_reference(c.ta, c.tb, c.M, c.N, c.K, c.alpha, a.data(), lda, b.data(), ldb, c.beta, want.data(), ldc);
+    const auto aa = abs_of(a), ab = abs_of(b);
+    gemm_bf16_reference(c.ta, c.tb, c.M, c.N, c.K, 1.f, aa.data(), lda, ab.data(), ldb, 0.f, bound.data(), ldc);
+  } else {
+    gemm_f32(c.ta, c.tb, c.M, c.N, c.K, c.alpha, af.data(), lda, bf.data(), ldb, c.beta, got.data(), ldc);
+    gemm_f32_reference(c.ta, c.tb, c.M, c.N, c.K, c.alpha, af.data(), lda, bf.data(), ldb, c.beta, want.data(), ldc);
+    const auto aa = abs_of(af), ab = abs_of(bf);
+    gemm_f32_reference(c.ta, c.tb, c.M, c.N, c.K, 1.f, aa.data(), lda, ab.data(), ldb, 0.f, bound.data(), ldc);
+  }
+  const float eps = std::numeric_limits<float>::epsilon();
+  for (int64_t i = 0; i < c.M; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      const int64_t at = i * ldc + j;
+      if (j >= c.N) {  // padding: never written
+        ASSERT_EQ(got[at], c0[at]) << "padding changed at " << i << "," << j;
+        continue;
+      }
+      const float tol = 2.f * (c.K + 2) * eps *
+                        (std::fabs(c.alpha) * bound[at] + std::fabs(c.beta * c0[at])) + 1e-30f;
+      ASSERT_NEAR(got[at], want[at], tol)
+          << (bf16 ? "bf16" : "f32") << " ta=" << c.ta << " tb=" << c.tb << " M=" << c.M
+          << " N=" << c.N << " K=" << c.K << " alpha=" << c.alpha << " beta=" << c.beta
+          << " pad=" << c.pad << " at " << i << "," << j;
+    }
+  }
+}
+
+// Every transpose combination over odd sizes, cycling alpha, beta and padding.
+std::vector<Case> all_cases() {
+  const int64_t sizes[] = {1, 7, 33, 65};
+  const float alphas[] = {1.f, 0.5f, -2.f};
+  const float betas[] = {0.f, 1.f, -0.75f};
+  std::vector<Case> cases;
+  int n = 0;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int64_t M : sizes)
+        for (int64_t N : sizes)
+          for (int64_t K : sizes) {
+            cases.push_back({ta, tb, M, N, K, alphas[n % 3], betas[(n / 3) % 3], (n % 2) * 3});
+            ++n;
+          }
+  return cases;
+}
+
+}  // namespace
+
+TEST(Gemm, F32MatchesReferenceAllTransposesOddSizes) {
+  for (const auto& c : all_cases()) {
+    check_case<float>(c, false);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(Gemm, Bf16MatchesReferenceOnRoundedInputs) {
+  for (const auto& c : all_cases()) {
+    check_case<uint16_t>(c, true);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(Gemm, TrainingShapesMatchReference) {
+  // The transposes the engine uses, at a size where the library blocks and threads.
+  for (bool bf16 : {false, true}) {
+    check_case<float>({false, true, 130, 96, 384, 1.f, 0.f, 0}, false);   // y = x·Wᵀ
+    check_case<float>({false, false, 130, 384, 96, 1.f, 0.f, 0}, false);  // dx = dy·W
+    check_case<float>({true, false, 96, 384, 130, 1.f, 1.f, 0}, false);   // dW += dyᵀ·x
+    if (bf16) {
+      check_case<uint16_t>({false, true, 130, 96, 384, 1.f, 0.f, 0}, true);
+      check_case<uint16_t>({true, false, 96, 384, 130, 1.f, 1.f, 5}, true);
+    }
+  }
+}
+
+TEST(Gemm, BetaZeroOverwritesNaN) {
+  const int64_t M = 9, N = 11, K = 5;
+  const auto a = random_floats(M * K, 1), b = random_floats(K * N, 2);
+  std::vector<float> c(M * N, std::numeric_limits<float>::quiet_NaN()), want(M * N);
+  gemm_f32(false, false, M, N, K, 1.f, a.data(), K, b.data(), N, 0.f, c.data(), N);
+  gemm_f32_reference(false, false, M, N, K, 1.f, a.data(), K, b.data(), N, 0.f, want.data(), N);
+  for (int64_t i = 0; i < M * N; ++i) ASSERT_NEAR(c[i], want[i], 1e-5f) << i;
+  std::vector<float> c16(M * N, std::numeric_limits<float>::quiet_NaN());
+  const auto a16 = to_bf16(a), b16 = to_bf16(b);
+  gemm_bf16(false, false, M, N, K, 1.f, a16.data(), K, b16.data(), N, 0.f, c16.data(), N);
+  for (int64_t i = 0; i < M * N; ++i) ASSERT_FALSE(std::isnan(c16[i])) << i;
+}
+
+TEST(Gemm, EmptyDimensions) {
+  std::vector<float> c = {1.f, 2.f, 3.f, 4.f};
+  const float a = 5.f, b = 6.f;
+  gemm_f32(false, false, 2, 2, 0, 1.f, &a, 1, &b, 2, 0.5f, c.data(), 2);  // K = 0: C = beta*C
+  EXPECT_EQ(c, (std::vector<float>{0.5f, 1.f, 1.5f, 2.f}));
+  gemm_f32(false, false, 0, 2, 3, 1.f, &a, 3, &b, 2, 0.f, c.data(), 2);  // M = 0: nothing
+  EXPECT_EQ(c, (std::vector<float>{0.5f, 1.f, 1.5f, 2.f}));
+  gemm_f32(false, false, 2, 2, 0, 1.f, &a, 1, &b, 2, 0.f, c.data(), 2);  // beta = 0: zeros
+  EXPECT_EQ(c, (std::vector<float>(4, 0.f)));
+}
+
+// Same inputs twice with all threads → bit-identical outputs, for shapes where a
+// library might split K across threads (small M, N, long K) and a large one.
+TEST(Gemm, DeterministicForFixedThreadCount) {
+  struct S {
+    bool ta, tb;
+    int64_t M, N, K;
+  };
+  for (const S s : {S{false, false, 16, 16, 8192}, S{true, false, 384, 64, 2048},
+                    S{false, true, 512, 384, 384}}) {
+    const int64_t ra = s.ta ? s.K : s.M, ca = s.ta ? s.M : s.K;
+    const int64_t rb = s.tb ? s.N : s.K, cb = s.tb ? s.K : s.N;
+    const auto a = random_floats(ra * ca, 3), b = random_floats(rb * cb, 4);
+    const auto a16 = to_bf16(a), b16 = to_bf16(b);
+    for (bool bf16 : {false, true}) {
+      std::vector<float> c1(s.M * s.N, 0.25f), c2 = c1;
+      for (auto* c : {&c1, &c2}) {
+        if (bf16)
+          gemm_bf16(s.ta, s.tb, s.M, s.N, s.K, 1.f, a16.data(), ca, b16.data(), cb, 1.f, c->data(), s.N);
+        else
+          gemm_f32(s.ta, s.tb, s.M, s.N, s.K, 1.f, a.data(), ca, b.data(), cb, 1.f, c->data(), s.N);
+      }
+      ASSERT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)))
+          << (bf16 ? "bf16" : "f32") << " M=" << s.M << " N=" << s.N << " K=" << s.K;
+    }
+  }
+}
+
+// Attention-style use: every thread of a parallel region runs its own heads
+// concurrently (different shapes, so primitive creation races too). Each head
+// must equal the same call made outside the region, bit for bit.
+TEST(Gemm, InsideParallelRegionMatchesOutside) {
+  const int heads = 12;
+  const int64_t T = 64, hd = 16;
+  auto shape_n = [&](int h) { return T + (h % 3); };  // three distinct shapes
+  std::vector<std::vector<float>> q(heads), k(heads), inside(heads), outside(heads);
+  std::vector<std::vector<uint16_t>> q16(heads), k16(heads);
+  std::vector<std::vector<float>> inside16(heads), outside16(heads);
+  for (int h = 0; h < heads; ++h) {
+    q[h] = random_floats(T * hd, 10 + h);
+    k[h] = random_floats(shape_n(h) * hd, 50 + h);
+    q16[h] = to_bf16(q[h]);
+    k16[h] = to_bf16(k[h]);
+    inside[h].assign(T * shape_n(h), 0.f);
+    inside16[h] = outside16[h] = outside[h] = inside[h];
+  }
+  auto head = [&](int h, std::vector<float>& c, std::vector<float>& c16) {  // scores = q·kᵀ
+    gemm_f32(false, true, T, shape_n(h), hd, 0.25f, q[h].data(), hd, k[h].data(), hd, 0.f, c.data(), shape_n(h));
+    gemm_bf16(false, true, T, shape_n(h), hd, 0.25f, q16[h].data(), hd, k16[h].data(), hd, 0.f, c16.data(), shape_n(h));
+  };
+  for (int h = 0; h < heads; ++h) head(h, outside[h], outside16[h]);
+#pragma omp parallel for schedule(dynamic) num_threads(2)
+  for (int h = 0; h < heads; ++h) head(h, inside[h], inside16[h]);
+  for (int h = 0; h < heads; ++h) {
+    ASSERT_EQ(inside[h], outside[h]) << "f32 head " << h;
+    ASSERT_EQ(inside16[h], outside16[h]) << "bf16 head " << h;
+    std::vector<float> want(T * shape_n(h));
+    gemm_f32_reference(false, true, T, shape_n(h), hd, 0.25f, q[h].data(), hd, k[h].data(), hd, 0.f, want.data(), shape_n(h));
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(inside[h][i], want[i], 1e-5f) << h << " " << i;
+  }
+}
+
+TEST(Gemm, PeakMeasurementIsPositive) {
+  for (bool bf16 : {false, true}) {
+    const double g = measure_gemm_peak_gflops(bf16, 0.01);
+    EXPECT_TRUE(std::isfinite(g) && g > 0) << g;
+  }
+}
