@@ -1,0 +1,186 @@
+// SentencePiece wrapper: training through the sentence-iterator API (no
+// temporary text file), loading, parallel encoding and decoding.
+#include "tokenizer/tokenizer.h"
+
+#include <omp.h>
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <cstdio>
+#include <regex>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/progress.h"
+#include "corpus/clean.h"
+
+namespace ctrl {
+
+namespace {
+
+// Lines longer than this are cut (at a character boundary) before training;
+// SentencePiece would silently skip them otherwise.
+constexpr size_t kMaxSentenceBytes = 16384;
+
+// Adapts a SentenceSource to SentencePiece's pull iterator, with progress.
+class Feeder : public sentencepiece::SentenceIterator {
+ public:
+  Feeder(SentenceSource& source) : source_(source), progress_("tokenizer: reading sentences", source.size_hint(), "sentences") {
+    source_.rewind();
+    Next();
+  }
+  ~Feeder() override { progress_.finish(); }
+  bool done() const override { return done_; }
+  void Next() override {
+    while (true) {
+      if (!source_.next(value_)) {
+        done_ = true;
+        return;
+      }
+      progress_.add(1);
+      if (value_.size() > kMaxSentenceBytes) {
+        size_t cut = kMaxSentenceBytes;
+        while (cut > 0 && (static_cast<unsigned char>(value_[cut]) & 0xC0) == 0x80) --cut;
+        value_.resize(cut);
+      }
+      if (!value_.empty()) return;
+    }
+  }
+  const std::string& value() const override { return value_; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  SentenceSource& source_;
+  Progress progress_;
+  std::string value_;
+  bool done_ = false;
+};
+
+int thread_count(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+
+}  // namespace
+
+uint32_t train_tokenizer(SentenceSource& sentences, const TokenizerTrainOptions& options, const std::string& model_path) {
+  std::string symbols;
+  for (const auto& code : options.control_codes) {
+    if (code.empty() || code.find_first_of(", \t\n") != std::string::npos)
+      fail("control code '" + code + "': expected a non-empty name without spaces or commas");
+    symbols += (symbols.empty() ? "" : ",") + code;
+  }
+  uint32_t vocab = options.vocab_size;
+  for (int attempt = 0;; ++attempt) {
+    std::unordered_map<std::string, std::string> args = {
+        {"model_type", "unigram"},
+        {"vocab_size", std::to_string(vocab)},
+        {"character_coverage", std::to_string(options.character_coverage)},
+        {"byte_fallback", "true"},
+        {"normalization_rule_name", "identity"},
+        {"add_dummy_prefix", "false"},
+        {"remove_extra_whitespaces", "false"},
+        {"split_digits", "true"},
+        {"input_sentence_size", std::to_string(options.sample_sentences)},
+        {"shuffle_input_sentence", "true"},
+        {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
+        {"num_threads", std::to_string(thread_count(options.threads))},
+        {"minloglevel", "1"},
+    };
+    if (!symbols.empty()) args["user_defined_symbols"] = symbols;
+    sentencepiece::SetRandomGeneratorSeed(options.seed);
+    std::string model;
+    Progress progress("tokenizer: training unigram model (" + std::to_string(vocab) + " pieces)", 1, "model");
+    sentencepiece::util::Status status;
+    {
+      Feeder feeder(sentences);
+      status = sentencepiece::SentencePieceTrainer::Train(args, &feeder, &model);
+    }
+    if (status.ok()) {
+      progress.update(1);
+      progress.finish();
+      write_file_atomically(model_path, model);
+      return vocab;
+    }
+    const std::string message = status.message();
+    // SentencePiece reports "Vocabulary size too high (V). Please set it to a value
+    // <= N." when the corpus cannot support the requested size.
+    std::smatch m;
+    if (std::regex_search(message, m, std::regex("<= ([0-9]+)")) && attempt == 0) {
+      const uint32_t fits = uint32_t(std::stoul(m[1]));
+      if (!options.allow_smaller_vocab || fits == 0)
+        fail("tokenizer: the corpus is too small for " + std::to_string(vocab) + " pieces; SentencePiece allows at most " +
+             std::to_string(fits) + " (pass a smaller --vocab-size)");
+      std::fprintf(stderr, "ctrl: warning: the corpus is too small for %u pieces; lowering the vocabulary to %u\n", vocab,
+                   fits);
+      vocab = fits;
+      continue;
+    }
+    fail("tokenizer: SentencePiece training failed: " + message);
+  }
+}
+
+Tokenizer::Tokenizer() : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  if (!file_exists(path)) fail(path + ": no such tokenizer model");
+  Tokenizer t;
+  t.path_ = path;
+  const auto status = t.sp_->LoadFromSerializedProto(read_file(path));
+  if (!status.ok()) fail(path + ": not a SentencePiece model: " + status.message());
+  if (t.sp_->eos_id() < 0) fail(path + ": the SentencePiece model has no end-of-sentence piece </s>");
+  return t;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const { return encode_clean(clean_text(text)); }
+
+std::vector<int32_t> Tokenizer::encode_clean(std::string_view text) const {
+  std::vector<int> ids;
+  const auto status = sp_->Encode(absl::string_view(text.data(), text.size()), &ids);
+  if (!status.ok()) fail(path_ + ": encoding failed: " + status.message());
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std::string_view>& texts, int threads) const {
+  std::vector<std::vector<int32_t>> out(texts.size());
+  std::string error;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(thread_count(threads))
+  for (int64_t i = 0; i < int64_t(texts.size()); ++i) {
+    try {
+      out[i] = encode_clean(texts[i]);
+    } catch (const Error& e) {
+#pragma omp critical
+      error = e.what();
+    }
+  }
+  if (!error.empty()) fail(error);
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::vector<int> v(ids.begin(), ids.end());
+  for (int id : v)
+    if (id < 0 || id >= sp_->GetPieceSize())
+      fail(path_ + ": token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab_size()));
+  std::string text;
+  const auto status = sp_->Decode(v, &text);
+  if (!status.ok()) fail(path_ + ": decoding failed: " + status.message());
+  return text;
+}
+
+int32_t Tokenizer::piece_to_id(std::string_view piece) const {
+  const int id = sp_->PieceToId(absl::string_view(piece.data(), piece.size()));
+  return sp_->IdToPiece(id) == piece ? id : -1;
+}
+
+std::string Tokenizer::id_to_piece(int32_t id) const {
+  if (id < 0 || id >= sp_->GetPieceSize())
+    fail(path_ + ": token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab_size()));
+  return sp_->IdToPiece(id);
+}
+
+int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
+uint32_t Tokenizer::vocab_size() const { return uint32_t(sp_->GetPieceSize()); }
+
+}  // namespace ctrl

@@ -1,0 +1,96 @@
+// The tokenizer: a SentencePiece unigram model (Debian's libsentencepiece),
+// trained once per corpus and used by prepare (encoding shards), the trainer
+// (vocabulary size, eos) and the generator (prompts in, text out).
+//
+// Normalization happens in corpus/clean.h (ICU NFKC); the model is trained
+// with normalization_rule_name=identity, add_dummy_prefix=false and
+// remove_extra_whitespaces=false, so decode(encode_clean(x)) == x for every
+// cleaned text x (byte_fallback covers characters outside the pieces).
+// Control codes are user-defined symbols: each is exactly one token.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace ctrl {
+
+// Sentences for training, pulled one at a time; rewind() restarts them (training
+// may run twice when the vocabulary has to be lowered for a small corpus).
+class SentenceSource {
+ public:
+  virtual ~SentenceSource() = default;
+  virtual void rewind() = 0;
+  virtual bool next(std::string& sentence) = 0;  // false at the end
+  virtual uint64_t size_hint() const { return 0; }  // sentences, 0 if unknown (for the ETA)
+};
+
+class VectorSentenceSource : public SentenceSource {
+ public:
+  explicit VectorSentenceSource(std::vector<std::string> sentences) : sentences_(std::move(sentences)) {}
+  void rewind() override { i_ = 0; }
+  bool next(std::string& s) override {
+    if (i_ >= sentences_.size()) return false;
+    s = sentences_[i_++];
+    return true;
+  }
+  uint64_t size_hint() const override { return sentences_.size(); }
+
+ private:
+  std::vector<std::string> sentences_;
+  size_t i_ = 0;
+};
+
+struct TokenizerTrainOptions {
+  uint32_t vocab_size = 32000;
+  std::vector<std::string> control_codes;  // user-defined symbols, one token each
+  double character_coverage = 0.9995;
+  uint64_t sample_sentences = 2000000;  // input_sentence_size: bounds memory on huge corpora
+  int threads = 0;                      // 0: all hardware threads
+  uint32_t seed = 1;
+  // When the corpus is too small for vocab_size: true lowers it to what
+  // SentencePiece says fits, with a warning; false fails with one line.
+  bool allow_smaller_vocab = true;
+};
+
+// Trains a unigram model and writes it atomically to model_path. Shows
+// progress while sentences are fed. Returns the vocabulary size trained.
+// Deterministic for the same sentences, options and seed.
+uint32_t train_tokenizer(SentenceSource& sentences, const TokenizerTrainOptions& options,
+                         const std::string& model_path);
+
+class Tokenizer {
+ public:
+  // Loads a .model file; throws ctrl::Error naming the path if unreadable or not a model.
+  static Tokenizer load(const std::string& path);
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // Encodes a user's text: cleaned exactly as the corpus was (corpus/clean.h), then split.
+  std::vector<int32_t> encode(std::string_view text) const;
+  // Encodes text that is already clean_text()'s output (the corpus path; no second normalization).
+  std::vector<int32_t> encode_clean(std::string_view text) const;
+  // Encodes many cleaned texts in parallel over `threads` (0: all); result i belongs
+  // to texts[i] whatever the thread count.
+  std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string_view>& texts, int threads = 0) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+  int32_t piece_to_id(std::string_view piece) const;  // -1 if the piece is not in the vocabulary
+  std::string id_to_piece(int32_t id) const;           // throws ctrl::Error if out of range
+  int32_t eos_id() const;
+  uint32_t vocab_size() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  Tokenizer();
+  std::string path_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+};
+
+}  // namespace ctrl

@@ -1,0 +1,133 @@
+// Tokenizer: training on a small generated Japanese corpus, control codes as
+// single tokens, round trips, parallel encoding, small-corpus vocabulary.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "corpus/clean.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ctrl {
+namespace {
+
+// A few thousand distinct Japanese sentences built from small word lists.
+std::vector<std::string> japanese_sentences() {
+  const char* who[] = {"私は", "彼女は", "先生が", "子供たちは", "猫が", "東京の友人は", "父は", "学生が"};
+  const char* what[] = {"本を", "りんごを", "手紙を", "新しい車を", "日本語の辞書を", "古い写真を", "コーヒーを"};
+  const char* how[] = {"ゆっくり", "毎日", "昨日", "静かに", "急いで", "三回"};
+  const char* verb[] = {"読みました。", "買いました。", "書きます。", "見ています。", "探しました。", "飲みます。"};
+  std::vector<std::string> out;
+  for (auto a : who)
+    for (auto b : what)
+      for (auto c : how)
+        for (auto d : verb) out.push_back(std::string(a) + c + b + d);
+  // Real corpora mix in spaces and Latin text; so does this one.
+  for (int i = 0; i < 200; ++i) out.push_back("Line " + std::to_string(i) + " of the ASCII part and 日本語 mixed");
+  return out;
+}
+
+class TokenizerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::filesystem::temp_directory_path() / ("ctrl_tok_test_" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    VectorSentenceSource source(japanese_sentences());
+    TokenizerTrainOptions options;
+    options.vocab_size = 400;
+    options.control_codes = {"Wikipedia", "Manual", "青空文庫"};
+    options.threads = 2;
+    trained_vocab_ = train_tokenizer(source, options, model_path());
+  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
+  static std::string model_path() { return (dir_ / "t.model").string(); }
+  static std::filesystem::path dir_;
+  static uint32_t trained_vocab_;
+};
+std::filesystem::path TokenizerTest::dir_;
+uint32_t TokenizerTest::trained_vocab_ = 0;
+
+TEST_F(TokenizerTest, ControlCodesAreSingleTokens) {
+  const Tokenizer t = Tokenizer::load(model_path());
+  EXPECT_EQ(trained_vocab_, 400u);
+  EXPECT_EQ(t.vocab_size(), 400u);
+  for (const char* code : {"Wikipedia", "Manual", "青空文庫"}) {
+    const int32_t id = t.piece_to_id(code);
+    ASSERT_GE(id, 0) << code;
+    EXPECT_EQ(t.encode(code), std::vector<int32_t>{id}) << code;
+    EXPECT_EQ(t.id_to_piece(id), code);
+  }
+  EXPECT_EQ(t.piece_to_id("NoSuchPiece"), -1);
+  EXPECT_GE(t.eos_id(), 0);
+  EXPECT_EQ(t.id_to_piece(t.eos_id()), "</s>");
+}
+
+TEST_F(TokenizerTest, RoundTripsJapaneseAndUnseenText) {
+  const Tokenizer t = Tokenizer::load(model_path());
+  for (const std::string text : {"私はゆっくり本を読みました。", "猫が毎日コーヒーを飲みます。\n先生が三回手紙を書きます。",
+                                 "未知の漢字「鬱」と emoji 🍣 and ASCII 123", "Manual 私は"}) {
+    const auto ids = t.encode_clean(text);
+    EXPECT_FALSE(ids.empty());
+    EXPECT_EQ(t.decode(ids), text);
+  }
+  // Seen sentences compress well below one token per character.
+  EXPECT_LT(t.encode("私はゆっくり本を読みました。").size(), 10u);
+  // encode() cleans (NFKC) first: half-width katakana maps to the full-width tokens.
+  EXPECT_EQ(t.encode("ｺｰﾋｰ"), t.encode_clean("コーヒー"));
+}
+
+TEST_F(TokenizerTest, BatchEncodingMatchesSequentialInOrder) {
+  const Tokenizer t = Tokenizer::load(model_path());
+  const auto sentences = japanese_sentences();
+  std::vector<std::string_view> views(sentences.begin(), sentences.end());
+  const auto one = t.encode_batch(views, 1);
+  const auto two = t.encode_batch(views, 2);
+  ASSERT_EQ(one.size(), sentences.size());
+  EXPECT_EQ(one, two);
+  for (size_t i = 0; i < sentences.size(); i += 97) EXPECT_EQ(one[i], t.encode_clean(sentences[i]));
+}
+
+TEST_F(TokenizerTest, TrainingIsDeterministic) {
+  VectorSentenceSource source(japanese_sentences());
+  TokenizerTrainOptions options;
+  options.vocab_size = 400;
+  options.control_codes = {"Wikipedia", "Manual", "青空文庫"};
+  options.threads = 2;
+  const std::string again = (dir_ / "again.model").string();
+  train_tokenizer(source, options, again);
+  EXPECT_EQ(read_file(again), read_file(model_path()));
+}
+
+TEST_F(TokenizerTest, TooLargeVocabularyIsLoweredOrRefused) {
+  VectorSentenceSource source(japanese_sentences());
+  TokenizerTrainOptions options;
+  options.vocab_size = 20000;
+  options.control_codes = {"Wikipedia"};
+  const std::string path = (dir_ / "small.model").string();
+  const uint32_t got = train_tokenizer(source, options, path);
+  EXPECT_LT(got, 20000u);
+  EXPECT_GT(got, 300u);
+  EXPECT_EQ(Tokenizer::load(path).vocab_size(), got);
+  options.allow_smaller_vocab = false;
+  try {
+    train_tokenizer(source, options, path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("too small for 20000 pieces"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TokenizerTest, BadModelAndIdsGiveOneLineErrors) {
+  EXPECT_THROW(Tokenizer::load((dir_ / "missing.model").string()), Error);
+  const std::string junk = (dir_ / "junk.model").string();
+  write_file_atomically(junk, "not a model");
+  EXPECT_THROW(Tokenizer::load(junk), Error);
+  const Tokenizer t = Tokenizer::load(model_path());
+  EXPECT_THROW(t.decode({0, 400}), Error);
+  EXPECT_THROW(t.id_to_piece(-1), Error);
+}
+
+}  // namespace
+}  // namespace ctrl
