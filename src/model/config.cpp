@@ -1,0 +1,229 @@
+#include "model/config.h"
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "core/error.h"
+#include "core/file_io.h"
+
+namespace ctrl {
+
+namespace {
+
+// One table of every settable field, so TOML, --set, JSON and validation agree.
+struct Field {
+  std::string key;  // "model.n_layer"
+  std::function<std::string(const Config&)> get;
+  std::function<void(Config&, const std::string&, const std::string& where)> set;
+};
+
+int64_t parse_int(const std::string& v, const std::string& where) {
+  size_t pos = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(v, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  if (v.empty() || pos != v.size()) fail(where + ": expected an integer, got '" + v + "'");
+  return x;
+}
+
+double parse_double(const std::string& v, const std::string& where) {
+  size_t pos = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  if (v.empty() || pos != v.size()) fail(where + ": expected a number, got '" + v + "'");
+  return x;
+}
+
+template <class T>
+std::string num_str(T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return buf;
+  } else {
+    return std::to_string(v);
+  }
+}
+
+#define INT_FIELD(section, name)                                                          \
+  Field{#section "." #name, [](const Config& c) { return num_str(c.section.name); },      \
+        [](Config& c, const std::string& v, const std::string& w) {                       \
+          c.section.name = static_cast<decltype(c.section.name)>(parse_int(v, w));        \
+        }}
+#define REAL_FIELD(section, name)                                                         \
+  Field{#section "." #name, [](const Config& c) { return num_str(c.section.name); },      \
+        [](Config& c, const std::string& v, const std::string& w) { c.section.name = parse_double(v, w); }}
+#define STR_FIELD(section, name)                                              \
+  Field{#section "." #name, [](const Config& c) { return c.section.name; },   \
+        [](Config& c, const std::string& v, const std::string&) { c.section.name = v; }}
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table = {
+      INT_FIELD(model, vocab_size), INT_FIELD(model, n_layer), INT_FIELD(model, d_model),
+      INT_FIELD(model, n_head), INT_FIELD(model, d_ff), INT_FIELD(model, n_ctx),
+      REAL_FIELD(model, embd_pdrop), REAL_FIELD(model, resid_pdrop), REAL_FIELD(model, layer_norm_eps),
+      REAL_FIELD(model, init_range), INT_FIELD(model, seed),
+      STR_FIELD(train, data), STR_FIELD(train, optimizer), REAL_FIELD(train, lr), STR_FIELD(train, schedule),
+      INT_FIELD(train, warmup_steps), REAL_FIELD(train, min_lr_ratio), REAL_FIELD(train, beta1),
+      REAL_FIELD(train, beta2), REAL_FIELD(train, eps), REAL_FIELD(train, weight_decay),
+      REAL_FIELD(train, adagrad_initial_accumulator), REAL_FIELD(train, clip_norm),
+      INT_FIELD(train, micro_batch), INT_FIELD(train, global_batch), INT_FIELD(train, steps),
+      INT_FIELD(train, eval_every), INT_FIELD(train, eval_batches), INT_FIELD(train, log_every),
+      INT_FIELD(train, checkpoint_every), INT_FIELD(train, keep_checkpoints), INT_FIELD(train, threads),
+      INT_FIELD(train, seed),
+  };
+  return table;
+}
+
+const Field* find_field(const std::string& key) {
+  for (const auto& f : fields())
+    if (f.key == key) return &f;
+  return nullptr;
+}
+
+std::string known_keys() {
+  std::string s;
+  for (const auto& f : fields()) s += (s.empty() ? "" : ", ") + f.key;
+  return s;
+}
+
+Config preset(const std::string& name) {
+  Config c;
+  c.preset = name;
+  auto& m = c.model;
+  auto& t = c.train;
+  if (name == "tiny") {
+    m.vocab_size = 8000, m.n_layer = 4, m.d_model = 256, m.n_head = 4, m.d_ff = 1024, m.n_ctx = 128;
+    t.lr = 1e-3, t.warmup_steps = 50, t.steps = 600, t.micro_batch = 16, t.global_batch = 16;
+    t.eval_every = 100, t.checkpoint_every = 200;
+  } else if (name == "small") {
+    m.vocab_size = 32000, m.n_layer = 6, m.d_model = 384, m.n_head = 6, m.d_ff = 1536, m.n_ctx = 256;
+    t.lr = 6e-4, t.micro_batch = 8, t.global_batch = 32, t.steps = 20000;
+  } else if (name == "base") {
+    m.vocab_size = 32000, m.n_layer = 12, m.d_model = 768, m.n_head = 12, m.d_ff = 3072, m.n_ctx = 256;
+    t.lr = 3e-4, t.micro_batch = 8, t.global_batch = 256, t.steps = 100000, t.warmup_steps = 2000;
+  } else if (name == "ctrl") {
+    // Keskar et al. 2019: Adagrad, lr 0.05 after linear warmup, no decay, clip 0.25, batch 1024.
+    m.vocab_size = 246534, m.n_layer = 48, m.d_model = 1280, m.n_head = 16, m.d_ff = 8192, m.n_ctx = 256;
+    t.optimizer = "adagrad", t.lr = 0.05, t.schedule = "warmup", t.warmup_steps = 25000;
+    t.clip_norm = 0.25, t.micro_batch = 4, t.global_batch = 1024, t.steps = 800000;
+  } else {
+    fail("unknown preset '" + name + "' (expected tiny, small, base, ctrl or a .toml file)");
+  }
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() { return {"tiny", "small", "base", "ctrl"}; }
+
+Config load_config(const std::string& source) {
+  for (const auto& p : preset_names())
+    if (source == p) return preset(p);
+  if (!file_exists(source))
+    fail(source + ": no such config file or preset (presets: tiny, small, base, ctrl)");
+  toml::table tbl;
+  try {
+    tbl = toml::parse_file(source);
+  } catch (const toml::parse_error& e) {
+    const auto& r = e.source().begin;
+    fail(source + ":" + std::to_string(r.line) + ":" + std::to_string(r.column) + ": invalid TOML: " +
+         std::string(e.description()));
+  }
+  // A file may start from a preset ("preset = 'small'") and change fields.
+  Config c = preset("tiny");
+  if (auto p = tbl["preset"].value<std::string>()) c = preset(*p);
+  for (const auto& [section_key, section] : tbl) {
+    const std::string section_name(section_key.str());
+    if (section_name == "preset") continue;
+    if (!section.is_table())
+      fail(source + ": '" + section_name + "': expected a [model] or [train] table (keys: " + known_keys() + ")");
+    for (const auto& [key, value] : *section.as_table()) {
+      const std::string full = section_name + "." + std::string(key.str());
+      const Field* f = find_field(full);
+      const std::string where = source + ":" + std::to_string(value.source().begin.line) + ": " + full;
+      if (!f) fail(where + ": unknown key (known: " + known_keys() + ")");
+      std::string text;
+      if (auto s = value.value_exact<std::string>()) text = *s;
+      else if (auto i = value.value_exact<int64_t>()) text = std::to_string(*i);
+      else if (auto d = value.value_exact<double>()) text = num_str(*d);
+      else if (auto b = value.value_exact<bool>()) text = *b ? "1" : "0";
+      else fail(where + ": expected a string or a number");
+      f->set(c, text, where);
+    }
+  }
+  c.preset = source;
+  return c;
+}
+
+void apply_override(Config& c, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos) fail("--set " + assignment + ": expected section.key=value");
+  const std::string key = assignment.substr(0, eq);
+  const Field* f = find_field(key);
+  if (!f) fail("--set " + key + ": unknown key (known: " + known_keys() + ")");
+  f->set(c, assignment.substr(eq + 1), "--set " + key);
+}
+
+void validate(const Config& c) {
+  const auto& m = c.model;
+  const auto& t = c.train;
+  auto need = [&](bool ok, const std::string& msg) {
+    if (!ok) fail("config " + c.preset + ": " + msg);
+  };
+  need(m.vocab_size >= 2, "model.vocab_size must be at least 2");
+  need(m.n_layer >= 1 && m.d_model >= 2 && m.n_head >= 1 && m.d_ff >= 1 && m.n_ctx >= 2,
+       "model.n_layer, d_model, n_head, d_ff must be positive and n_ctx at least 2");
+  need(m.d_model % m.n_head == 0, "model.d_model (" + std::to_string(m.d_model) + ") must be divisible by model.n_head (" +
+                                      std::to_string(m.n_head) + ")");
+  need(m.d_model % 2 == 0, "model.d_model must be even (sinusoidal positions use sin and cos halves)");
+  need(m.embd_pdrop >= 0 && m.embd_pdrop < 1 && m.resid_pdrop >= 0 && m.resid_pdrop < 1, "dropouts must be in [0, 1)");
+  need(m.layer_norm_eps > 0, "model.layer_norm_eps must be positive");
+  need(t.optimizer == "adamw" || t.optimizer == "adagrad", "train.optimizer must be adamw or adagrad, got '" + t.optimizer + "'");
+  need(t.schedule == "constant" || t.schedule == "warmup" || t.schedule == "cosine",
+       "train.schedule must be constant, warmup or cosine, got '" + t.schedule + "'");
+  need(t.lr > 0, "train.lr must be positive");
+  need(t.micro_batch >= 1, "train.micro_batch must be at least 1");
+  need(t.global_batch >= t.micro_batch && t.global_batch % t.micro_batch == 0,
+       "train.global_batch (" + std::to_string(t.global_batch) + ") must be a multiple of train.micro_batch (" +
+           std::to_string(t.micro_batch) + ")");
+  need(t.steps >= 0 && t.warmup_steps >= 0 && t.log_every >= 1 && t.eval_every >= 0 && t.checkpoint_every >= 0,
+       "train step counts must not be negative (log_every at least 1)");
+  need(t.keep_checkpoints >= 1, "train.keep_checkpoints must be at least 1");
+  need(t.clip_norm >= 0, "train.clip_norm must not be negative");
+  need(t.threads >= 0, "train.threads must not be negative");
+}
+
+std::string config_to_json(const Config& c) {
+  nlohmann::ordered_json j;
+  for (const auto& f : fields()) j[f.key] = f.get(c);
+  return j.dump();
+}
+
+Config config_from_json(const std::string& text, const std::string& where) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    fail(where + ": config is not valid JSON: " + e.what());
+  }
+  Config c = preset("tiny");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const Field* f = find_field(it.key());
+    if (!f) fail(where + ": unknown config key '" + it.key() + "'");
+    f->set(c, it.value().get<std::string>(), where + ": " + it.key());
+  }
+  c.preset = where;
+  return c;
+}
+
+}  // namespace ctrl

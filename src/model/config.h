@@ -1,0 +1,69 @@
+// Model and training configuration: built-in presets, TOML files and
+// "--set section.key=value" overrides, all validated in one place.
+// Shape letters used across the engine: B batch, T context, D width,
+// H heads, F feed-forward width, V vocab, L layers.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ctrl {
+
+struct ModelConfig {
+  int64_t vocab_size = 8000;  // V
+  int64_t n_layer = 4;        // L
+  int64_t d_model = 256;      // D
+  int64_t n_head = 4;         // H
+  int64_t d_ff = 1024;        // F
+  int64_t n_ctx = 128;        // T, the training context and the largest position
+  double embd_pdrop = 0.1;    // dropout after the embedding
+  double resid_pdrop = 0.1;   // dropout on each residual branch
+  double layer_norm_eps = 1e-6;
+  double init_range = 0.02;
+  uint64_t seed = 1;          // initialization
+  int64_t head_dim() const { return d_model / n_head; }
+};
+
+struct TrainConfig {
+  std::string data;              // prepared corpus directory (`ctrl prepare`); empty: synthetic tokens
+  std::string optimizer = "adamw";  // adamw | adagrad
+  double lr = 3e-4;
+  std::string schedule = "cosine";  // constant | warmup (linear warmup, then constant) | cosine
+  int64_t warmup_steps = 100;
+  double min_lr_ratio = 0.1;     // cosine floor as a fraction of lr
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.1;     // AdamW, matrices only
+  double adagrad_initial_accumulator = 0.1;
+  double clip_norm = 1.0;        // global-norm clipping; 0 disables
+  int64_t micro_batch = 8;       // sequences per forward/backward
+  int64_t global_batch = 8;      // sequences per optimizer step (multiple of micro_batch)
+  int64_t steps = 1000;
+  int64_t eval_every = 100;      // steps; 0 disables
+  int64_t eval_batches = 8;      // micro-batches per control code for held-out evaluation
+  int64_t log_every = 10;
+  int64_t checkpoint_every = 500;
+  int64_t keep_checkpoints = 3;
+  int64_t threads = 0;           // 0: all cores
+  uint64_t seed = 1;             // data sampling and dropout
+};
+
+struct Config {
+  ModelConfig model;
+  TrainConfig train;
+  std::string preset;  // name it started from, for messages
+};
+
+// Names of the built-in presets: tiny, small, base, ctrl.
+std::vector<std::string> preset_names();
+// A preset by name, or the TOML file at that path ([model] and [train] tables).
+// Throws ctrl::Error naming the file, key and expectation on any problem.
+Config load_config(const std::string& preset_or_file);
+// Applies "section.key=value" (e.g. "model.n_layer=6", "train.lr=1e-3").
+void apply_override(Config& config, const std::string& assignment);
+// Checks ranges and relations (D divisible by H, batch multiples, ...).
+void validate(const Config& config);
+// JSON text of the whole config (stable key order), stored in checkpoints.
+std::string config_to_json(const Config& config);
+Config config_from_json(const std::string& json, const std::string& where);
+
+}  // namespace ctrl

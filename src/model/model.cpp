@@ -1,0 +1,152 @@
+#include "model/model.h"
+
+#include <cmath>
+
+#include "core/rng.h"
+
+namespace ctrl {
+
+Model::Model(const ModelConfig& config, Ops& ops, int64_t max_batch)
+    : config_(config), ops_(ops), layout_(make_param_layout(config)),
+      acts_layout_(make_activation_layout(config, max_batch)) {
+  params = Buffer(layout_.total);
+  grads = Buffer(layout_.total);
+  activations_ = Buffer(acts_layout_.total);
+  for (int l = 0; l < int(config.n_layer); ++l) {
+    const std::string h = "transformer.h." + std::to_string(l) + ".";
+    const std::string a = h + "multi_head_attention.";
+    auto at = [&](const std::string& n) { return layout_.get(n).offset; };
+    lp_.push_back({at(a + "Wq.weight"), at(a + "Wq.bias"), at(a + "dense.weight"), at(a + "dense.bias"),
+                   at(h + "layernorm1.weight"), at(h + "layernorm1.bias"), at(h + "ffn.0.weight"),
+                   at(h + "ffn.0.bias"), at(h + "ffn.2.weight"), at(h + "ffn.2.bias"), at(h + "layernorm2.weight"),
+                   at(h + "layernorm2.bias")});
+  }
+  wte_ = layout_.get("transformer.w.weight").offset;
+  lnf_w_ = layout_.get("transformer.layernorm.weight").offset;
+  lnf_b_ = layout_.get("transformer.layernorm.bias").offset;
+  head_b_ = layout_.get("lm_head.bias").offset;
+}
+
+void Model::init_weights() {
+  params.zero();
+  for (size_t i = 0; i < layout_.tensors.size(); ++i) {
+    const ParamTensor& t = layout_.tensors[i];
+    float* p = params.data() + t.offset;
+    const bool is_layernorm_weight = t.name.find("layernorm") != std::string::npos &&
+                                     t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+    if (t.is_matrix) {
+      for (size_t j = 0; j < t.numel; ++j) p[j] = float(config_.init_range * random_normal(config_.seed, i, j));
+    } else if (is_layernorm_weight) {
+      for (size_t j = 0; j < t.numel; ++j) p[j] = 1.0f;
+    }
+  }
+}
+
+DropoutSpec Model::dropout(double p, bool training, uint64_t seed, uint64_t stream) const {
+  DropoutSpec s;
+  if (training) s.p = float(p), s.seed = seed, s.stream = stream;
+  return s;
+}
+
+void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed) {
+  CTRL_ASSERT(B * T <= acts_layout_.B * acts_layout_.T && T <= config_.n_ctx);
+  const int64_t N = B * T, D = config_.d_model, F = config_.d_ff, H = config_.n_head;
+  const size_t ND = size_t(N * D);
+  float* P = params.data();
+  const auto& A = acts_layout_;
+  float* branch = act(A.d_x2);  // backward scratch doubles as the branch output in forward
+
+  ops_.embedding_forward(act(A.layers[0].x_in), tokens, P + wte_, B, T, D, std::sqrt(float(D)));
+  ops_.dropout(act(A.layers[0].x_in), ND, dropout(config_.embd_pdrop, training, seed, 0));
+  for (int l = 0; l < int(config_.n_layer); ++l) {
+    const auto& L = A.layers[size_t(l)];
+    const auto& W = lp_[size_t(l)];
+    float* x_out = l + 1 < int(config_.n_layer) ? act(A.layers[size_t(l) + 1].x_in) : act(A.x_out);
+    ops_.layernorm_forward(act(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), act(L.x_in), P + W.ln1_w, P + W.ln1_b, N,
+                           D, 1e-6f);
+    ops_.linear_forward(act(L.qkv), act(L.ln1_out), P + W.wqkv, P + W.bqkv, N, 3 * D, D);
+    ops_.attention_forward(act(L.att), act(L.probs), act(L.qkv), B, T, D, H);
+    ops_.linear_forward(branch, act(L.att), P + W.wdense, P + W.bdense, N, D, D);
+    ops_.residual_add(act(L.x_mid), act(L.x_in), branch, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
+    ops_.layernorm_forward(act(L.ln2_out), act(L.ln2_mean), act(L.ln2_rstd), act(L.x_mid), P + W.ln2_w, P + W.ln2_b,
+                           N, D, 1e-6f);
+    ops_.linear_forward(act(L.ffn_h), act(L.ln2_out), P + W.w0, P + W.b0, N, F, D);
+    ops_.relu_forward(act(L.ffn_h), size_t(N * F));
+    ops_.linear_forward(branch, act(L.ffn_h), P + W.w2, P + W.b2, N, D, F);
+    ops_.residual_add(x_out, act(L.x_mid), branch, ND, dropout(config_.resid_pdrop, training, seed, 2 + 2 * l));
+  }
+  ops_.layernorm_forward(act(A.lnf_out), act(A.lnf_mean), act(A.lnf_rstd), act(A.x_out), P + lnf_w_, P + lnf_b_, N, D,
+                         float(config_.layer_norm_eps));
+}
+
+// Expects the gradient of the loss w.r.t. the final LayerNorm's output in d_ln.
+void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed) {
+  const int64_t N = B * T, D = config_.d_model, F = config_.d_ff, H = config_.n_head;
+  const size_t ND = size_t(N * D);
+  float* P = params.data();
+  float* G = grads.data();
+  const auto& A = acts_layout_;
+  float* d_x = act(A.d_x);    // gradient of the residual stream
+  float* d_br = act(A.d_x2);  // gradient of a branch output (after dropout backward)
+  float* d_ln = act(A.d_ln);
+
+  ops_.fill(d_x, ND, 0.0f);
+  ops_.layernorm_backward(d_x, G + lnf_w_, G + lnf_b_, d_ln, act(A.x_out), act(A.lnf_mean), act(A.lnf_rstd),
+                          P + lnf_w_, N, D);
+  for (int l = int(config_.n_layer) - 1; l >= 0; --l) {
+    const auto& L = A.layers[size_t(l)];
+    const auto& W = lp_[size_t(l)];
+    // x_out = x_mid + dropout(ffn(ln2(x_mid)))
+    ops_.copy(d_br, d_x, ND);
+    ops_.dropout(d_br, ND, dropout(config_.resid_pdrop, training, seed, 2 + 2 * l));
+    ops_.linear_backward(act(A.d_ffn), G + W.w2, G + W.b2, d_br, act(L.ffn_h), P + W.w2, N, D, F, false);
+    ops_.relu_backward(act(A.d_ffn), act(L.ffn_h), size_t(N * F));
+    ops_.linear_backward(d_ln, G + W.w0, G + W.b0, act(A.d_ffn), act(L.ln2_out), P + W.w0, N, F, D, false);
+    ops_.layernorm_backward(d_x, G + W.ln2_w, G + W.ln2_b, d_ln, act(L.x_mid), act(L.ln2_mean), act(L.ln2_rstd),
+                            P + W.ln2_w, N, D);
+    // x_mid = x_in + dropout(dense(attention(qkv(ln1(x_in)))))
+    ops_.copy(d_br, d_x, ND);
+    ops_.dropout(d_br, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
+    ops_.linear_backward(act(A.d_att), G + W.wdense, G + W.bdense, d_br, act(L.att), P + W.wdense, N, D, D, false);
+    ops_.attention_backward(act(A.d_qkv), act(A.d_att), act(L.qkv), act(L.probs), B, T, D, H);
+    ops_.linear_backward(d_ln, G + W.wqkv, G + W.bqkv, act(A.d_qkv), act(L.ln1_out), P + W.wqkv, N, 3 * D, D, false);
+    ops_.layernorm_backward(d_x, G + W.ln1_w, G + W.ln1_b, d_ln, act(L.x_in), act(L.ln1_mean), act(L.ln1_rstd),
+                            P + W.ln1_w, N, D);
+  }
+  ops_.dropout(d_x, ND, dropout(config_.embd_pdrop, training, seed, 0));
+  ops_.embedding_backward(G + wte_, d_x, tokens, B, T, D, std::sqrt(float(D)));
+}
+
+LossSum Model::forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float grad_scale,
+                                uint64_t dropout_seed) {
+  forward(tokens, B, T, true, dropout_seed);
+  const auto& A = acts_layout_;
+  const int64_t N = B * T;
+  LossSum loss;
+  for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
+  loss.sum = ops_.lm_head_loss(act(A.lnf_out), params.data() + wte_, params.data() + head_b_, targets, N,
+                               config_.d_model, config_.vocab_size, grad_scale, act(A.d_ln), grads.data() + wte_,
+                               grads.data() + head_b_, nullptr, act(A.logits), A.logits_rows);
+  backward(tokens, B, T, true, dropout_seed);
+  return loss;
+}
+
+LossSum Model::evaluate(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float* row_loss) {
+  forward(tokens, B, T, false, 0);
+  const auto& A = acts_layout_;
+  const int64_t N = B * T;
+  LossSum loss;
+  for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
+  loss.sum = ops_.lm_head_loss(act(A.lnf_out), params.data() + wte_, params.data() + head_b_, targets, N,
+                               config_.d_model, config_.vocab_size, 0.0f, nullptr, nullptr, nullptr, row_loss,
+                               act(A.logits), A.logits_rows);
+  return loss;
+}
+
+void Model::logits(const int32_t* tokens, int64_t B, int64_t T, float* out) {
+  forward(tokens, B, T, false, 0);
+  ops_.linear_forward(out, act(acts_layout_.lnf_out), params.data() + wte_, params.data() + head_b_, B * T,
+                      config_.vocab_size, config_.d_model);
+}
+
+}  // namespace ctrl

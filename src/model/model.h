@@ -1,0 +1,70 @@
+// The CTRL model (Hugging Face CTRLLMHeadModel): forward and hand-written
+// backward over flat parameter, gradient and activation buffers laid out by
+// layout.h, computed through the Ops interface.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/buffer.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "ops/ops.h"
+
+namespace ctrl {
+
+struct LossSum {
+  double sum = 0;     // Σ per-token cross-entropy (nats)
+  int64_t count = 0;  // tokens with a target
+  double mean() const { return count ? sum / double(count) : 0.0; }
+};
+
+class Model {
+ public:
+  // Allocates parameters, gradients and activations for micro-batches of up to
+  // max_batch sequences of up to n_ctx tokens.
+  Model(const ModelConfig& config, Ops& ops, int64_t max_batch);
+
+  const ModelConfig& config() const { return config_; }
+  const ParamLayout& layout() const { return layout_; }
+  const ActivationLayout& activation_layout() const { return acts_layout_; }
+  Ops& ops() { return ops_; }
+  float* param(const std::string& name) { return params.data() + layout_.get(name).offset; }
+  float* grad(const std::string& name) { return grads.data() + layout_.get(name).offset; }
+
+  // Hugging Face's initialization from config.seed: matrices N(0, init_range),
+  // biases 0, LayerNorm weight 1 and bias 0.
+  void init_weights();
+  void zero_grads() { grads.zero(); }
+
+  // One micro-batch: tokens and targets are [B, T] (T <= n_ctx, targets < 0
+  // ignored). Adds grad_scale · ∂(Σ token losses)/∂θ to the gradients. Dropout
+  // masks derive from dropout_seed. Returns the summed loss.
+  LossSum forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float grad_scale,
+                           uint64_t dropout_seed);
+  // Forward without dropout or gradients. row_loss (optional, [B*T]) gets each token's loss.
+  LossSum evaluate(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float* row_loss = nullptr);
+  // Full logits [B, T, V], for tests and small models.
+  void logits(const int32_t* tokens, int64_t B, int64_t T, float* out);
+
+  Buffer params, grads;
+
+ private:
+  void forward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed);
+  void backward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed);
+  DropoutSpec dropout(double p, bool training, uint64_t seed, uint64_t stream) const;
+  float* act(size_t offset) { return activations_.data() + offset; }
+
+  ModelConfig config_;
+  Ops& ops_;
+  ParamLayout layout_;
+  ActivationLayout acts_layout_;
+  Buffer activations_;
+  // Per-layer parameter offsets, resolved once.
+  struct LayerParams {
+    size_t wqkv, bqkv, wdense, bdense, ln1_w, ln1_b, w0, b0, w2, b2, ln2_w, ln2_b;
+  };
+  std::vector<LayerParams> lp_;
+  size_t wte_, lnf_w_, lnf_b_, head_b_;
+};
+
+}  // namespace ctrl

@@ -1,0 +1,85 @@
+// Causal multi-head attention, forward and backward, on the CPU. Each
+// (batch, head) pair is one task on one thread; its products run
+// single-threaded inside the parallel region. Only the softmax P[T,T] per head
+// is kept for backward; backward needs one more T×T block per thread.
+#include <omp.h>
+
+#include <cmath>
+
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/gemm.h"
+
+namespace ctrl::cpu {
+
+void CpuOps::attention_forward(TensorRef out_ref, float* probs, TensorRef qkv_ref, int64_t B, int64_t T, int64_t D,
+                               int64_t H) {
+  float* out = out_ref.f32();
+  const float* qkv = qkv_ref.f32();
+  const int64_t hd = D / H;
+  const float scale = 1.0f / std::sqrt(float(hd));
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
+    const float* q = qkv + b * T * 3 * D + h * hd;
+    const float* k = q + D;
+    const float* v = q + 2 * D;
+    float* P = probs + bh * T * T;
+    gemm_f32(false, true, T, T, hd, scale, q, 3 * D, k, 3 * D, 0.0f, P, T);
+    for (int64_t i = 0; i < T; ++i) {
+      float* row = P + i * T;
+      float mx = row[0];
+      for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+      float sum = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        row[j] = std::exp(row[j] - mx);
+        sum += row[j];
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+      for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+    }
+    gemm_f32(false, false, T, hd, T, 1.0f, P, T, v, 3 * D, 0.0f, out + b * T * D + h * hd, D);
+  }
+}
+
+void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRef qkv_ref, const float* probs,
+                                int64_t B, int64_t T, int64_t D, int64_t H) {
+  float* dqkv = dqkv_ref.f32();
+  const float* dout = dout_ref.f32();
+  const float* qkv = qkv_ref.f32();
+  const int64_t hd = D / H;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  const int threads = omp_get_max_threads();
+  attention_scratch_.resize(size_t(threads) * size_t(T) * size_t(T));
+#pragma omp parallel num_threads(threads)
+  {
+    float* dP = attention_scratch_.data() + size_t(omp_get_thread_num()) * size_t(T) * size_t(T);
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      const int64_t row0 = b * T * 3 * D + h * hd;
+      const float* q = qkv + row0;
+      const float* k = q + D;
+      const float* v = q + 2 * D;
+      float* dq = dqkv + row0;
+      float* dk = dq + D;
+      float* dv = dq + 2 * D;
+      const float* P = probs + bh * T * T;
+      const float* dO = dout + b * T * D + h * hd;
+      gemm_f32(false, true, T, T, hd, 1.0f, dO, D, v, 3 * D, 0.0f, dP, T);   // dP = dO·vᵀ
+      gemm_f32(true, false, T, hd, T, 1.0f, P, T, dO, D, 0.0f, dv, 3 * D);   // dv = Pᵀ·dO
+      for (int64_t i = 0; i < T; ++i) {  // softmax backward, in place: dS = P ⊙ (dP − Σ P·dP)
+        const float* p = P + i * T;
+        float* d = dP + i * T;
+        float dot = 0;
+        for (int64_t j = 0; j <= i; ++j) dot += p[j] * d[j];
+        for (int64_t j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - dot);
+        for (int64_t j = i + 1; j < T; ++j) d[j] = 0.0f;
+      }
+      gemm_f32(false, false, T, hd, T, scale, dP, T, k, 3 * D, 0.0f, dq, 3 * D);  // dq = dS·k/√hd
+      gemm_f32(true, false, T, hd, T, scale, dP, T, q, 3 * D, 0.0f, dk, 3 * D);   // dk = dSᵀ·q/√hd
+    }
+  }
+}
+
+}  // namespace ctrl::cpu

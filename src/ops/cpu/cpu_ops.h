@@ -1,0 +1,58 @@
+// The CPU backend: OpenMP over rows/heads, oneDNN matrix products (gemm.h).
+// Every op is deterministic for a fixed thread count: reductions split rows
+// statically and combine per-thread partials in thread order.
+#pragma once
+#include <vector>
+
+#include "ops/ops.h"
+
+namespace ctrl::cpu {
+
+class CpuOps final : public Ops {
+ public:
+  const char* name() const override { return "cpu"; }
+  void linear_forward(TensorRef out, TensorRef in, const float* w, const float* b, int64_t N, int64_t Dout,
+                      int64_t Din) override;
+  void linear_backward(TensorRef din, float* dw, float* db, TensorRef dout, TensorRef in, const float* w, int64_t N,
+                       int64_t Dout, int64_t Din, bool accumulate_din) override;
+  void layernorm_forward(TensorRef out, float* mean, float* rstd, TensorRef in, const float* gamma, const float* beta,
+                         int64_t N, int64_t D, float eps) override;
+  void layernorm_backward(TensorRef din, float* dgamma, float* dbeta, TensorRef dout, TensorRef in, const float* mean,
+                          const float* rstd, const float* gamma, int64_t N, int64_t D) override;
+  void attention_forward(TensorRef out, float* probs, TensorRef qkv, int64_t B, int64_t T, int64_t D,
+                         int64_t H) override;
+  void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, const float* probs, int64_t B, int64_t T,
+                          int64_t D, int64_t H) override;
+  void embedding_forward(TensorRef x, const int32_t* tokens, const float* w, int64_t B, int64_t T, int64_t D,
+                         float scale) override;
+  void embedding_backward(float* dw, TensorRef dx, const int32_t* tokens, int64_t B, int64_t T, int64_t D,
+                          float scale) override;
+  void relu_forward(TensorRef x, size_t n) override;
+  void relu_backward(TensorRef dx, TensorRef y, size_t n) override;
+  void dropout(TensorRef x, size_t n, const DropoutSpec& spec) override;
+  void residual_add(TensorRef y, TensorRef x, TensorRef b, size_t n, const DropoutSpec& spec) override;
+  void copy(TensorRef dst, TensorRef src, size_t n) override;
+  double lm_head_loss(const float* h, const float* w, const float* b, const int32_t* targets, int64_t N, int64_t D,
+                      int64_t V, float grad_scale, float* dh, float* dw, float* db, float* row_loss, float* scratch,
+                      int64_t chunk_rows) override;
+  double sum_squares(const float* x, size_t n) override;
+  void scale(float* x, size_t n, float factor) override;
+  void fill(float* x, size_t n, float value) override;
+  void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, int64_t t) override;
+  void adagrad_update(float* p, const float* g, float* acc, size_t n, float lr) override;
+
+ private:
+  std::vector<float> positions_;  // cached sinusoidal table [T, D]
+  int64_t positions_T_ = 0, positions_D_ = 0;
+  std::vector<float> attention_scratch_;  // one T x T block per thread
+};
+
+// Shared helpers for the op files.
+// Adds row sums of x[rows, cols] into out[cols], deterministically.
+void add_column_sums(float* out, const float* x, int64_t rows, int64_t cols);
+// Sinusoidal position value as Hugging Face CTRL computes it: column k < D/2 is
+// sin(pos / 10000^(2k/D)), column D/2 + k the cosine of the same angle.
+float sinusoid(int64_t pos, int64_t col, int64_t D);
+
+}  // namespace ctrl::cpu

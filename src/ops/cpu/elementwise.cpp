@@ -1,0 +1,81 @@
+// Element-wise ops: ReLU, dropout, residual add, copy, scale, fill, Σx².
+#include <omp.h>
+
+#include <vector>
+
+#include "core/rng.h"
+#include "ops/cpu/cpu_ops.h"
+
+namespace ctrl::cpu {
+
+void CpuOps::relu_forward(TensorRef x_ref, size_t n) {
+  float* x = x_ref.f32();
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void CpuOps::relu_backward(TensorRef dx_ref, TensorRef y_ref, size_t n) {
+  float* dx = dx_ref.f32();
+  const float* y = y_ref.f32();
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dx[i] : 0.0f;
+}
+
+// Kept with probability 1-p and scaled by 1/(1-p), as PyTorch's Dropout.
+static inline float dropout_factor(const DropoutSpec& s, size_t i) {
+  return random_uniform(s.seed, s.stream, i) < s.p ? 0.0f : 1.0f / (1.0f - s.p);
+}
+
+void CpuOps::dropout(TensorRef x_ref, size_t n, const DropoutSpec& spec) {
+  if (spec.p <= 0) return;
+  float* x = x_ref.f32();
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) x[i] *= dropout_factor(spec, i);
+}
+
+void CpuOps::residual_add(TensorRef y_ref, TensorRef x_ref, TensorRef b_ref, size_t n, const DropoutSpec& spec) {
+  float* y = y_ref.f32();
+  const float* x = x_ref.f32();
+  const float* b = b_ref.f32();
+  if (spec.p > 0) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) y[i] = x[i] + b[i] * dropout_factor(spec, i);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) y[i] = x[i] + b[i];
+  }
+}
+
+void CpuOps::copy(TensorRef dst, TensorRef src, size_t n) {
+  float* d = dst.f32();
+  const float* s = src.f32();
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) d[i] = s[i];
+}
+
+double CpuOps::sum_squares(const float* x, size_t n) {
+  const int threads = omp_get_max_threads();
+  std::vector<double> partial(size_t(threads), 0.0);
+#pragma omp parallel num_threads(threads)
+  {
+    double acc = 0;
+#pragma omp for schedule(static)
+    for (size_t i = 0; i < n; ++i) acc += double(x[i]) * double(x[i]);
+    partial[size_t(omp_get_thread_num())] = acc;
+  }
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+void CpuOps::scale(float* x, size_t n, float factor) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) x[i] *= factor;
+}
+
+void CpuOps::fill(float* x, size_t n, float value) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) x[i] = value;
+}
+
+}  // namespace ctrl::cpu

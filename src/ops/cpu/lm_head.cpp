@@ -1,0 +1,53 @@
+// The output head fused with softmax cross-entropy, forward and backward, on
+// row chunks so the full [N, V] logits are never materialized.
+#include <cmath>
+#include <vector>
+
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/gemm.h"
+
+namespace ctrl::cpu {
+
+double CpuOps::lm_head_loss(const float* h, const float* w, const float* b, const int32_t* targets, int64_t N,
+                            int64_t D, int64_t V, float grad_scale, float* dh, float* dw, float* db, float* row_loss,
+                            float* scratch, int64_t chunk_rows) {
+  std::vector<double> losses(size_t(N), 0.0);
+  for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
+    const int64_t R = std::min(chunk_rows, N - r0);
+    float* logits = scratch;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t v = 0; v < V; ++v) logits[r * V + v] = b[v];
+    gemm_f32(false, true, R, V, D, 1.0f, h + r0 * D, D, w, D, 1.0f, logits, V);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < R; ++r) {
+      float* row = logits + r * V;
+      const int32_t target = targets[r0 + r];
+      float mx = row[0];
+      for (int64_t v = 1; v < V; ++v) mx = std::max(mx, row[v]);
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(double(row[v] - mx));
+      const double lse = double(mx) + std::log(sum);
+      losses[size_t(r0 + r)] = target >= 0 ? lse - double(row[target]) : 0.0;
+      if (!dh) continue;
+      if (target < 0) {
+        for (int64_t v = 0; v < V; ++v) row[v] = 0.0f;
+        continue;
+      }
+      for (int64_t v = 0; v < V; ++v) row[v] = float(std::exp(double(row[v]) - lse)) * grad_scale;
+      row[target] -= grad_scale;
+    }
+    if (!dh) continue;
+    gemm_f32(false, false, R, D, V, 1.0f, logits, V, w, D, 0.0f, dh + r0 * D, D);  // dh = dlogits·w
+    gemm_f32(true, false, V, D, R, 1.0f, logits, V, h + r0 * D, D, 1.0f, dw, D);   // dw += dlogitsᵀ·h
+    add_column_sums(db, logits, R, V);
+  }
+  double total = 0;
+  for (int64_t r = 0; r < N; ++r) {
+    total += losses[size_t(r)];
+    if (row_loss) row_loss[r] += float(losses[size_t(r)]);
+  }
+  return total;
+}
+
+}  // namespace ctrl::cpu
