@@ -1,0 +1,447 @@
+#include "corpus/aozora.h"
+
+#include <iconv.h>
+#include <zip.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace ctrl {
+namespace {
+
+// An iconv conversion to UTF-8, reset before each use.
+class Converter {
+ public:
+  explicit Converter(const char* from) : cd_(iconv_open("UTF-8", from)) {
+    if (cd_ == reinterpret_cast<iconv_t>(-1)) fail(std::string("iconv cannot convert from ") + from);
+  }
+  ~Converter() { iconv_close(cd_); }
+  Converter(const Converter&) = delete;
+  Converter& operator=(const Converter&) = delete;
+
+  // Converts all of in; false (out unspecified) if some byte sequence is invalid or incomplete.
+  bool convert(std::string_view in, std::string& out) {
+    iconv(cd_, nullptr, nullptr, nullptr, nullptr);
+    out.resize(in.size() * 4 + 16);
+    char* src = const_cast<char*>(in.data());
+    size_t src_left = in.size();
+    char* dst = out.data();
+    size_t dst_left = out.size();
+    if (iconv(cd_, &src, &src_left, &dst, &dst_left) == static_cast<size_t>(-1)) return false;
+    if (iconv(cd_, nullptr, nullptr, &dst, &dst_left) == static_cast<size_t>(-1)) return false;  // flush
+    out.resize(out.size() - dst_left);
+    return true;
+  }
+
+  // Converts byte by byte where needed: sequences that do not decode are dropped and counted.
+  void convert_lossy(std::string_view in, std::string& out, uint64_t* bad) {
+    out.clear();
+    std::string piece;
+    size_t i = 0;
+    while (i < in.size()) {
+      // Try a 2-byte then a 1-byte character.
+      size_t len = 0;
+      for (size_t try_len : {size_t(2), size_t(1)}) {
+        if (i + try_len <= in.size() && convert(in.substr(i, try_len), piece) && !piece.empty()) {
+          len = try_len;
+          break;
+        }
+      }
+      if (len == 0) {
+        ++*bad;
+        ++i;
+      } else {
+        out += piece;
+        i += len;
+      }
+    }
+  }
+
+ private:
+  iconv_t cd_;
+};
+
+bool is_valid_utf8(std::string_view s) {
+  uint64_t bad = 0;
+  sanitize_utf8(s, &bad);
+  return bad == 0;
+}
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+// Splits at '\n' (a '\r' before it is removed).
+std::vector<std::string_view> split_lines(std::string_view s) {
+  std::vector<std::string_view> lines;
+  size_t start = 0;
+  while (start < s.size()) {
+    size_t end = s.find('\n', start);
+    if (end == std::string_view::npos) end = s.size();
+    std::string_view line = s.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    lines.push_back(line);
+    start = end + 1;
+  }
+  return lines;
+}
+
+// Resolves the inside of a gaiji note ※［＃…］: "U+XXXX" or a JIS X 0213 "plane-row-cell" field.
+std::string resolve_gaiji(std::string_view note) {
+  const size_t u = note.find("U+");
+  if (u != std::string_view::npos) {
+    uint32_t cp = 0;
+    size_t k = u + 2, digits = 0;
+    for (; k < note.size() && digits < 6 && std::isxdigit(static_cast<unsigned char>(note[k])); ++k, ++digits)
+      cp = cp * 16 + static_cast<uint32_t>(std::stoi(std::string(1, note[k]), nullptr, 16));
+    if (digits >= 4 && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF)) {
+      std::string r;
+      char buf[8];
+      int n = 0;
+      if (cp < 0x80) buf[n++] = static_cast<char>(cp);
+      else if (cp < 0x800) buf[n++] = static_cast<char>(0xC0 | (cp >> 6)), buf[n++] = static_cast<char>(0x80 | (cp & 0x3F));
+      else if (cp < 0x10000)
+        buf[n++] = static_cast<char>(0xE0 | (cp >> 12)), buf[n++] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
+        buf[n++] = static_cast<char>(0x80 | (cp & 0x3F));
+      else
+        buf[n++] = static_cast<char>(0xF0 | (cp >> 18)), buf[n++] = static_cast<char>(0x80 | ((cp >> 12) & 0x3F)),
+        buf[n++] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), buf[n++] = static_cast<char>(0x80 | (cp & 0x3F));
+      return std::string(buf, static_cast<size_t>(n));
+    }
+  }
+  // The last "P-R-C" of ASCII digits (as in "第3水準1-84-77" or "1-2-22").
+  auto is_digit = [&](size_t k) { return k < note.size() && note[k] >= '0' && note[k] <= '9'; };
+  int found[3] = {0, 0, 0};
+  bool any = false;
+  for (size_t i = 0; i < note.size(); ++i) {
+    if (!is_digit(i) || (i > 0 && is_digit(i - 1))) continue;
+    int fields[3];
+    size_t k = i;
+    bool ok = true;
+    for (int f = 0; f < 3 && ok; ++f) {
+      if (f > 0) {
+        if (k < note.size() && note[k] == '-') ++k;
+        else ok = false;
+      }
+      int v = 0, digits = 0;
+      while (ok && is_digit(k) && digits < 3) v = v * 10 + (note[k++] - '0'), ++digits;
+      if (digits == 0 || is_digit(k)) ok = false;
+      fields[f] = v;
+    }
+    if (ok) {
+      std::copy(fields, fields + 3, found);
+      any = true;
+    }
+  }
+  if (any) return jisx0213_to_utf8(found[0], found[1], found[2]);
+  return "";
+}
+
+// Replaces every ※［＃…］ gaiji note with its character, or 〓 (counted) when it names none.
+std::string replace_gaiji(std::string_view s, AozoraText& result) {
+  static constexpr std::string_view kOpen = "※［＃";
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t p = s.find(kOpen, i);
+    if (p == std::string_view::npos) break;
+    out.append(s.substr(i, p - i));
+    const size_t line_end = std::min(s.find('\n', p), s.size());
+    const size_t close = s.find("］", p + kOpen.size());
+    if (close == std::string_view::npos || close > line_end) {  // unclosed: leave it for the annotation pass
+      out.append(kOpen);
+      i = p + kOpen.size();
+      continue;
+    }
+    const std::string c = resolve_gaiji(s.substr(p + kOpen.size(), close - p - kOpen.size()));
+    if (c.empty()) {
+      out.append("〓");
+      ++result.gaiji_unresolved;
+    } else {
+      out.append(c);
+      ++result.gaiji_resolved;
+    }
+    i = close + std::string_view("］").size();
+  }
+  out.append(s.substr(std::min(i, s.size())));
+  return out;
+}
+
+// Aozora accent notation: letter + mark -> accented letter (青空文庫「アクセント分解」の表).
+struct Accent {
+  char mark;
+  std::string_view bases;
+  std::array<std::string_view, 12> composed;
+};
+const Accent kAccents[] = {
+    {'`', "aeiouAEIOU", {"à", "è", "ì", "ò", "ù", "À", "È", "Ì", "Ò", "Ù"}},
+    {'\'', "aeiouyAEIOUY", {"á", "é", "í", "ó", "ú", "ý", "Á", "É", "Í", "Ó", "Ú", "Ý"}},
+    {'^', "aeiouAEIOU", {"â", "ê", "î", "ô", "û", "Â", "Ê", "Î", "Ô", "Û"}},
+    {':', "aeiouyAEIOUY", {"ä", "ë", "ï", "ö", "ü", "ÿ", "Ä", "Ë", "Ï", "Ö", "Ü", "Ÿ"}},
+    {'~', "anoANO", {"ã", "ñ", "õ", "Ã", "Ñ", "Õ"}},
+    {'&', "aA", {"å", "Å"}},
+    {',', "cC", {"ç", "Ç"}},
+    {'/', "oO", {"ø", "Ø"}},
+    {'_', "aeiouAEIOU", {"ā", "ē", "ī", "ō", "ū", "Ā", "Ē", "Ī", "Ō", "Ū"}},
+};
+
+// Decodes the accent notation inside one 〔…〕 span.
+std::string decode_accents(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    // Ligatures and inverted marks first: ae& oe& AE& OE& s& !@ ?@
+    if (i + 2 < s.size() && s[i + 2] == '&') {
+      const std::string_view two = s.substr(i, 2);
+      const char* lig = two == "ae" ? "æ" : two == "AE" ? "Æ" : two == "oe" ? "œ" : two == "OE" ? "Œ" : nullptr;
+      if (lig) { out += lig; i += 2; continue; }
+    }
+    if (i + 1 < s.size()) {
+      if (s[i] == 's' && s[i + 1] == '&') { out += "ß"; ++i; continue; }
+      if (s[i] == '!' && s[i + 1] == '@') { out += "¡"; ++i; continue; }
+      if (s[i] == '?' && s[i + 1] == '@') { out += "¿"; ++i; continue; }
+      bool done = false;
+      for (const auto& a : kAccents) {
+        const size_t k = a.bases.find(s[i]);
+        if (s[i + 1] == a.mark && k != std::string_view::npos) {
+          out += a.composed[k];
+          ++i;
+          done = true;
+          break;
+        }
+      }
+      if (done) continue;
+    }
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
+// Removes ruby 《…》 and its start mark ｜, ［＃…］ annotations (nested too), and decodes 〔…〕 accent spans.
+// Works line by line; an unclosed bracket drops only its opener.
+std::string strip_notation(std::string_view line) {
+  static constexpr std::string_view kAnnot = "［＃", kOpenSq = "［", kCloseSq = "］", kRubyOpen = "《",
+                                    kRubyClose = "》", kBar = "｜", kAccOpen = "〔", kAccClose = "〕";
+  std::string out;
+  out.reserve(line.size());
+  size_t depth = 0;          // inside ［＃…］
+  size_t annot_start = 0;    // output position where the outermost annotation began
+  bool in_ruby = false;
+  size_t ruby_start = 0;
+  size_t i = 0;
+  while (i < line.size()) {
+    const std::string_view rest = line.substr(i);
+    if (starts_with(rest, kAnnot)) {
+      if (depth == 0) annot_start = out.size();
+      ++depth;
+      i += kAnnot.size();
+    } else if (depth > 0 && starts_with(rest, kOpenSq)) {
+      ++depth;
+      i += kOpenSq.size();
+    } else if (depth > 0 && starts_with(rest, kCloseSq)) {
+      if (--depth == 0) out.resize(annot_start);
+      i += kCloseSq.size();
+    } else if (depth == 0 && starts_with(rest, kRubyOpen)) {
+      in_ruby = true;
+      ruby_start = out.size();
+      i += kRubyOpen.size();
+    } else if (depth == 0 && in_ruby && starts_with(rest, kRubyClose)) {
+      out.resize(ruby_start);
+      in_ruby = false;
+      i += kRubyClose.size();
+    } else if (starts_with(rest, kBar)) {
+      i += kBar.size();
+    } else {
+      out.push_back(line[i]);
+      ++i;
+    }
+  }
+  // Unclosed annotation or ruby: their openers are already dropped, their text stays.
+  // Accent spans: 〔…〕 holding only ASCII are decoded and lose their brackets.
+  std::string result;
+  size_t p = 0;
+  for (;;) {
+    const size_t open = out.find(kAccOpen, p);
+    if (open == std::string::npos) break;
+    const size_t close = out.find(kAccClose, open + kAccOpen.size());
+    if (close == std::string::npos) break;
+    const std::string_view inner = std::string_view(out).substr(open + kAccOpen.size(), close - open - kAccOpen.size());
+    bool ascii = !inner.empty();
+    for (char c : inner) if (static_cast<unsigned char>(c) >= 0x80) ascii = false;
+    result.append(out, p, open - p);
+    if (ascii) result += decode_accents(inner);
+    else result.append(out, open, close + kAccClose.size() - open);
+    p = close + kAccClose.size();
+  }
+  result.append(out, std::min(p, out.size()), std::string::npos);
+  return result;
+}
+
+bool is_blank(std::string_view line) {
+  while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+  while (starts_with(line, "　")) line.remove_prefix(3);
+  return line.find_first_not_of(" \t") == std::string_view::npos;
+}
+
+}  // namespace
+
+std::string jisx0213_to_utf8(int plane, int row, int cell) {
+  if (cell < 1 || cell > 94 || row < 1 || row > 94) return "";
+  int s1 = 0;
+  if (plane == 1) {
+    s1 = row <= 62 ? (row + 0x101) >> 1 : (row + 0x181) >> 1;
+  } else if (plane == 2) {
+    if (row == 1 || row == 3 || row == 4 || row == 5) s1 = (row + 0x1DF) >> 1;
+    else if (row == 8) s1 = 0xF0;
+    else if (row >= 12 && row <= 15) s1 = (row + 0x1D9) >> 1;
+    else if (row >= 78) s1 = (row + 0x19B) >> 1;
+    else return "";
+  } else {
+    return "";
+  }
+  int s2 = (row % 2 == 1) ? cell + 0x3F + (cell >= 64 ? 1 : 0) : cell + 0x9E;
+  const char bytes[2] = {static_cast<char>(s1), static_cast<char>(s2)};
+  thread_local Converter sjis("SHIFT_JISX0213");
+  std::string out;
+  if (!sjis.convert(std::string_view(bytes, 2), out)) return "";
+  return out;
+}
+
+std::string aozora_decode_bytes(std::string_view raw, uint64_t* bad_bytes) {
+  *bad_bytes = 0;
+  if (starts_with(raw, "\xEF\xBB\xBF")) raw.remove_prefix(3);
+  std::string out;
+  if (is_valid_utf8(raw)) {
+    out.reserve(raw.size());
+    for (std::string_view line : split_lines(raw)) (out += line) += '\n';
+    return out;
+  }
+  thread_local Converter sjis("SHIFT_JISX0213");
+  thread_local Converter cp932("CP932");
+  std::string piece;
+  out.reserve(raw.size() * 3 / 2);
+  for (std::string_view line : split_lines(raw)) {
+    if (sjis.convert(line, piece) || cp932.convert(line, piece)) out += piece;
+    else {
+      cp932.convert_lossy(line, piece, bad_bytes);
+      out += piece;
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+AozoraText aozora_to_text(std::string_view utf8) {
+  AozoraText result;
+  const std::vector<std::string_view> lines = split_lines(utf8);
+  size_t begin = 0;
+  // Header: title and author lines up to the first blank line.
+  if (!lines.empty() && !is_blank(lines[0])) {
+    result.title = std::string(lines[0]);
+    if (lines.size() > 1 && !is_blank(lines[1])) result.author = std::string(lines[1]);
+    while (begin < lines.size() && !is_blank(lines[begin])) ++begin;
+  }
+  // The 【テキスト中に現れる記号について】 block between two rules of hyphens.
+  size_t k = begin;
+  while (k < lines.size() && is_blank(lines[k])) ++k;
+  if (k < lines.size() && starts_with(lines[k], "-----")) {
+    size_t close = k + 1;
+    while (close < lines.size() && !starts_with(lines[close], "-----")) ++close;
+    if (close < lines.size()) begin = close + 1;
+  }
+  // Footer: from 底本： (at a line start) or ［＃本文終わり］.
+  size_t end = lines.size();
+  for (size_t j = begin; j < lines.size(); ++j) {
+    if (starts_with(lines[j], "底本：") || lines[j].find("［＃本文終わり］") != std::string_view::npos) {
+      end = j;
+      break;
+    }
+  }
+  std::string body;
+  bool blank_pending = false;
+  for (size_t j = begin; j < end; ++j) {
+    std::string line = strip_notation(replace_gaiji(lines[j], result));
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    if (is_blank(line)) {
+      blank_pending = !body.empty();
+      continue;
+    }
+    if (blank_pending) body += '\n';
+    blank_pending = false;
+    body += line;
+    body += '\n';
+  }
+  while (!body.empty() && body.back() == '\n') body.pop_back();
+  result.text = std::move(body);
+  return result;
+}
+
+void read_aozora_bytes(std::string_view raw, const std::string& file, ReadContext& context) {
+  context.stats.bytes_in += raw.size();
+  uint64_t bad = 0;
+  const std::string utf8 = aozora_decode_bytes(raw, &bad);
+  if (bad > 0)
+    context.warnings.warn(file, 0, std::to_string(bad) + " byte(s) neither Shift_JIS X 0213 nor CP932 nor UTF-8; dropped");
+  AozoraText t = aozora_to_text(utf8);
+  if (t.gaiji_unresolved > 0) context.stats.dropped["gaiji_unresolved"] += t.gaiji_unresolved;
+  if (t.text.empty()) {
+    context.stats.drop("empty");
+    return;
+  }
+  Document d;
+  d.title = t.title;
+  d.text = std::move(t.text);
+  d.origin = file;
+  context.emit(std::move(d));
+}
+
+void read_aozora_zip(const std::string& path, ReadContext& context) {
+  int error = 0;
+  zip_t* archive = zip_open(path.c_str(), ZIP_RDONLY, &error);
+  if (!archive) {
+    zip_error_t ze;
+    zip_error_init_with_code(&ze, error);
+    const std::string what = zip_error_strerror(&ze);
+    zip_error_fini(&ze);
+    context.warnings.warn(path, 0, "not a readable zip archive (" + what + "); skipped");
+    context.stats.drop("bad_zip");
+    return;
+  }
+  const zip_int64_t entries = zip_get_num_entries(archive, 0);
+  int texts = 0;
+  for (zip_int64_t e = 0; e < entries; ++e) {
+    zip_stat_t st;
+    if (zip_stat_index(archive, static_cast<zip_uint64_t>(e), 0, &st) != 0 || !(st.valid & ZIP_STAT_NAME)) continue;
+    std::string name = st.name;
+    std::string lower_name = name;
+    for (char& c : lower_name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower_name.size() < 4 || lower_name.substr(lower_name.size() - 4) != ".txt") continue;
+    ++texts;
+    const std::string member = path + ":" + name;
+    if (!(st.valid & ZIP_STAT_SIZE) || st.size > (uint64_t(1) << 30)) {
+      context.warnings.warn(member, 0, "zip member too large or of unknown size; skipped");
+      continue;
+    }
+    zip_file_t* f = zip_fopen_index(archive, static_cast<zip_uint64_t>(e), 0);
+    if (!f) {
+      context.warnings.warn(member, 0, std::string("cannot open zip member: ") + zip_strerror(archive));
+      continue;
+    }
+    std::string bytes(st.size, '\0');
+    const zip_int64_t n = zip_fread(f, bytes.data(), bytes.size());
+    zip_fclose(f);
+    if (n < 0 || static_cast<uint64_t>(n) != st.size) {
+      context.warnings.warn(member, n < 0 ? 0 : static_cast<uint64_t>(n), "zip member could not be read in full; skipped");
+      continue;
+    }
+    read_aozora_bytes(bytes, member, context);
+  }
+  zip_close(archive);
+  if (texts == 0) {
+    context.warnings.warn(path, 0, "zip archive holds no .txt file; skipped");
+    context.stats.drop("no_text_in_zip");
+  }
+}
+
+}  // namespace ctrl

@@ -1,0 +1,207 @@
+#include "corpus/sources.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/progress.h"
+#include "corpus/aozora.h"
+#include "corpus/text.h"
+#include "corpus/wikiextractor.h"
+#include "corpus/wikipedia.h"
+
+namespace ctrl {
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Valid UTF-8 apart from a character cut at the end of the sample.
+bool looks_utf8(std::string_view sample) {
+  uint64_t bad = 0, first = 0;
+  sanitize_utf8(sample, &bad, &first);
+  return bad == 0 || (first + 4 > sample.size() && bad <= 3);
+}
+
+// Every file the source names, sorted so that the order (and so the output) is deterministic.
+std::vector<std::string> expand_path(const std::string& path) {
+  std::vector<std::string> files;
+  auto add_tree = [&](const fs::path& root) {
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (!name.empty() && name[0] == '.') {
+        if (it->is_directory()) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_regular_file()) files.push_back(it->path().string());
+    }
+    if (ec) fail(root.string() + ": cannot list directory: " + ec.message());
+  };
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    add_tree(path);
+  } else if (fs::exists(path, ec)) {
+    files.push_back(path);
+  } else if (path.find_first_of("*?[") != std::string::npos) {
+    glob_t g{};
+    const int rc = glob(path.c_str(), 0, nullptr, &g);
+    if (rc == 0) {
+      for (size_t k = 0; k < g.gl_pathc; ++k) {
+        if (fs::is_directory(g.gl_pathv[k], ec)) add_tree(g.gl_pathv[k]);
+        else files.push_back(g.gl_pathv[k]);
+      }
+    }
+    globfree(&g);
+    if (files.empty()) fail(path + ": the pattern matches no file (expected files to read)");
+  } else {
+    fail(path + ": no such file or directory (expected a corpus file, directory or glob)");
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+SourceSpec parse_source_spec(const std::string& spec) {
+  const size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+    fail("source '" + spec + "': expected Code=path, e.g. Wikipedia=jawiki.xml.bz2");
+  SourceSpec s{spec.substr(0, eq), spec.substr(eq + 1)};
+  if (s.control_code.find_first_of(" \t\r\n") != std::string::npos)
+    fail("source '" + spec + "': the control code must not contain whitespace");
+  return s;
+}
+
+const char* source_kind_name(SourceKind kind) {
+  switch (kind) {
+    case SourceKind::kWikipediaXml: return "MediaWiki XML";
+    case SourceKind::kWikiExtractorJson: return "WikiExtractor JSON";
+    case SourceKind::kWikiExtractorDoc: return "WikiExtractor <doc>";
+    case SourceKind::kAozoraText: return "Aozora Bunko text";
+    case SourceKind::kAozoraZip: return "Aozora Bunko zip";
+    case SourceKind::kJsonLines: return "JSON lines";
+    case SourceKind::kPlainText: return "plain text";
+  }
+  return "?";
+}
+
+SourceKind detect_source_kind(const std::string& path) {
+  const std::string name = lower(fs::path(path).filename().string());
+  ReadStats scratch;
+  Warnings quiet(scratch, 0);
+  auto stream = open_byte_stream(path, quiet);
+  std::string head(64 << 10, '\0');
+  size_t got = 0;
+  while (got < head.size()) {
+    const size_t n = stream->read(head.data() + got, head.size() - got);
+    if (n == 0) break;
+    got += n;
+  }
+  head.resize(got);
+  if (ends_with(name, ".zip") || head.compare(0, 4, "PK\x03\x04") == 0) return SourceKind::kAozoraZip;
+  std::string_view h = head;
+  if (h.substr(0, 3) == "\xEF\xBB\xBF") h.remove_prefix(3);
+  const size_t first = h.find_first_not_of(" \t\r\n");
+  h.remove_prefix(first == std::string_view::npos ? h.size() : first);
+  if (h.substr(0, 10) == "<mediawiki" || h.substr(0, 5) == "<?xml") return SourceKind::kWikipediaXml;
+  if (h.substr(0, 5) == "<doc " || h.substr(0, 5) == "<doc>") return SourceKind::kWikiExtractorDoc;
+  if (!h.empty() && h[0] == '{') {
+    const std::string_view line = h.substr(0, h.find('\n'));
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("url") && j.contains("id") && j.contains("text")) return SourceKind::kWikiExtractorJson;
+    return SourceKind::kJsonLines;
+  }
+  if (ends_with(name, ".jsonl") || ends_with(name, ".json") || ends_with(name, ".ndjson")) return SourceKind::kJsonLines;
+  if (!looks_utf8(h)) return SourceKind::kAozoraText;  // Shift_JIS / CP932
+  if (h.find("［＃") != std::string_view::npos || h.find("底本：") != std::string_view::npos ||
+      (h.find("《") != std::string_view::npos && h.find("》") != std::string_view::npos))
+    return SourceKind::kAozoraText;
+  return SourceKind::kPlainText;
+}
+
+void read_file_of_kind(const std::string& path, SourceKind kind, ReadContext& context) {
+  auto whole = [&] {  // the whole file, decompressed if bz2
+    auto stream = open_byte_stream(path, context.warnings);
+    std::string bytes;
+    std::vector<char> buffer(1 << 20);
+    while (size_t n = stream->read(buffer.data(), buffer.size())) bytes.append(buffer.data(), n);
+    return bytes;
+  };
+  switch (kind) {
+    case SourceKind::kWikipediaXml: {
+      auto stream = open_byte_stream(path, context.warnings);
+      read_wikipedia_xml(*stream, path, context);
+      break;
+    }
+    case SourceKind::kWikiExtractorJson: {
+      auto stream = open_byte_stream(path, context.warnings);
+      read_wikiextractor_json(*stream, path, context);
+      break;
+    }
+    case SourceKind::kWikiExtractorDoc: {
+      auto stream = open_byte_stream(path, context.warnings);
+      read_wikiextractor_doc(*stream, path, context);
+      break;
+    }
+    case SourceKind::kJsonLines: {
+      auto stream = open_byte_stream(path, context.warnings);
+      read_json_lines(*stream, path, context);
+      break;
+    }
+    case SourceKind::kAozoraZip: read_aozora_zip(path, context); break;
+    case SourceKind::kAozoraText: read_aozora_bytes(whole(), path, context); break;
+    case SourceKind::kPlainText: read_plain_text(whole(), path, context); break;
+  }
+}
+
+ReadStats read_source(const SourceSpec& source, const ReaderOptions& options, const DocumentSink& sink) {
+  const std::vector<std::string> files = expand_path(source.path);
+  ReadStats stats;
+  Warnings warnings(stats, options.max_warnings_printed);
+  ReadContext context{source.control_code, options, stats, warnings, sink};
+  uint64_t total_bytes = 0;
+  for (const auto& f : files) {
+    std::error_code ec;
+    total_bytes += fs::file_size(f, ec);
+  }
+  std::optional<Progress> progress;
+  if (files.size() > 1 && (files.size() >= 1000 || total_bytes >= (uint64_t(64) << 20)))
+    progress.emplace("reading " + source.path, total_bytes, "B");
+  size_t failed = 0;
+  std::string first_error;
+  uint64_t done_bytes = 0;
+  for (const auto& f : files) {
+    try {
+      read_file_of_kind(f, detect_source_kind(f), context);
+    } catch (const Error& e) {
+      if (files.size() == 1) throw;
+      ++failed;
+      if (first_error.empty()) first_error = e.what();
+      warnings.warn(f, 0, std::string("unreadable, skipped: ") + e.what());
+      stats.drop("unreadable_file");
+    }
+    std::error_code ec;
+    done_bytes += fs::file_size(f, ec);
+    if (progress) progress->update(done_bytes, std::to_string(stats.documents) + " documents");
+  }
+  if (progress) progress->finish(std::to_string(stats.documents) + " documents");
+  if (failed == files.size()) fail(source.path + ": no file could be read; first error: " + first_error);
+  return stats;
+}
+
+}  // namespace ctrl

@@ -1,0 +1,87 @@
+#include "corpus/text.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace ctrl {
+namespace {
+
+// CRLF and lone CR -> LF; trailing blank space removed.
+std::string normalize_newlines(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\r') {
+      out.push_back('\n');
+      if (i + 1 < s.size() && s[i + 1] == '\n') ++i;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ' || out.back() == '\t')) out.pop_back();
+  size_t lead = 0;
+  while (lead < out.size() && (out[lead] == '\n' || out[lead] == ' ' || out[lead] == '\t')) ++lead;
+  out.erase(0, lead);
+  return out;
+}
+
+}  // namespace
+
+void read_plain_text(std::string_view bytes, const std::string& file, ReadContext& context) {
+  context.stats.bytes_in += bytes.size();
+  if (bytes.size() >= 3 && bytes.substr(0, 3) == "\xEF\xBB\xBF") bytes.remove_prefix(3);
+  uint64_t invalid = 0, first = 0;
+  const std::string clean = sanitize_utf8(bytes, &invalid, &first);
+  if (invalid > 0)
+    context.warnings.warn(file, first, std::to_string(invalid) + " invalid UTF-8 byte(s) dropped (expected UTF-8 text)");
+  Document d;
+  d.text = normalize_newlines(clean);
+  d.origin = file;
+  if (d.text.empty()) {
+    context.stats.drop("empty");
+    return;
+  }
+  context.emit(std::move(d));
+}
+
+void read_json_lines(ByteStream& stream, const std::string& file, ReadContext& context) {
+  LineReader lines(stream, file, context.warnings);
+  std::string line;
+  while (lines.next(line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      context.warnings.warn(file, lines.line_offset(), "line is not a JSON object; skipped");
+      context.stats.drop("bad_json");
+      continue;
+    }
+    auto text = j.find("text");
+    if (text == j.end() || !text->is_string()) {
+      context.warnings.warn(file, lines.line_offset(), "JSON line has no string \"text\" field; skipped");
+      context.stats.drop("bad_json");
+      continue;
+    }
+    Document d;
+    uint64_t invalid = 0;
+    d.text = normalize_newlines(sanitize_utf8(text->get_ref<const std::string&>(), &invalid));
+    for (const char* key : {"control_code", "control"}) {
+      auto code = j.find(key);
+      if (code != j.end() && code->is_string() && !code->get_ref<const std::string&>().empty()) {
+        d.control_code = sanitize_utf8(code->get_ref<const std::string&>(), &invalid);
+        break;
+      }
+    }
+    auto title = j.find("title");
+    if (title != j.end() && title->is_string()) d.title = sanitize_utf8(title->get_ref<const std::string&>(), &invalid);
+    d.origin = file + ":" + std::to_string(lines.line_offset());
+    if (d.text.empty()) {
+      context.stats.drop("empty");
+      continue;
+    }
+    context.emit(std::move(d));
+  }
+  context.stats.bytes_in += stream.raw_offset();
+}
+
+}  // namespace ctrl
