@@ -1,0 +1,74 @@
+// The communicator: collectives for data-parallel training across processes
+// and machines. One process per rank; the trainer calls these in the same
+// order on every rank (the usual MPI rule). Two implementations: a single
+// process (every collective is an identity) and MPI (mpi_communicator.cpp,
+// built when CMake finds MPI and then CTRL_HAVE_MPI is defined).
+//
+// Threading: the MPI communicator runs every MPI call on one communication
+// thread of its own, in the order the calls were issued, so an all-reduce
+// started with all_reduce_sum_start proceeds while the caller computes. The
+// methods may be called from one trainer thread at a time (not concurrently).
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace ctrl {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "single" or e.g. "mpi (Open MPI v4.1.4, 2 ranks on 1 host)".
+  virtual std::string name() const = 0;
+
+  // Sums `data` element-wise over all ranks, in place; every rank ends with the sum.
+  virtual void all_reduce_sum(float* data, size_t n) = 0;
+  virtual void all_reduce_sum(double* data, size_t n) = 0;
+  // Non-blocking all-reduce, so gradient buckets overlap the backward pass:
+  // returns a handle; `data` must stay untouched until wait(handle) returns.
+  // Collectives complete in the order they were issued, so waiting for a
+  // handle also completes every one started before it. Each handle is waited
+  // for at most once.
+  virtual int all_reduce_sum_start(float* data, size_t n) = 0;
+  virtual void wait(int handle) = 0;
+  // Copies `bytes` bytes from `root`'s buffer into every other rank's.
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // in: size()*count_per_rank floats on every rank; out: count_per_rank floats,
+  // rank r gets the sum over ranks of in[r*count_per_rank, (r+1)*count_per_rank).
+  // in and out must not overlap.
+  virtual void reduce_scatter_sum(const float* in, float* out, size_t count_per_rank) = 0;
+  // in: count_per_rank floats; out: size()*count_per_rank floats, rank r's
+  // `in` lands at out + r*count_per_rank. in may equal out + rank()*count_per_rank.
+  virtual void all_gather(const float* in, float* out, size_t count_per_rank) = 0;
+  // Returns when `value` is identical on all ranks (e.g. config JSON, binary
+  // version, data manifest checksum); otherwise throws ctrl::Error on every
+  // rank with the same message naming `what` and the first differing rank.
+  virtual void check_identical(const std::string& what, const std::string& value) = 0;
+  // Ends the whole job (all ranks) after printing `message` with this rank's
+  // number on stderr, e.g. when this rank hit an error the others cannot know.
+  // Safe from any thread.
+  [[noreturn]] virtual void abort(const std::string& message) = 0;
+};
+
+// An MPI communicator when the process was started by mpirun/mpiexec
+// (OMPI_COMM_WORLD_SIZE or PMI_SIZE set) and the build has MPI (CTRL_HAVE_MPI),
+// else the single-process one. Started by a launcher with more than one rank
+// but built without MPI: throws ctrl::Error saying so. MPI can be initialised
+// once per process, so at most one MPI communicator may ever be made.
+// timeout_seconds: a collective that has not completed within it (a rank died
+// or hangs) ends the job on all ranks with an error naming the operation
+// (a watchdog thread calls MPI_Abort), so a broken job never hangs forever.
+std::unique_ptr<Communicator> make_communicator(double timeout_seconds = 300);
+
+// The single-process communicator, whatever the environment (for tools and tests).
+std::unique_ptr<Communicator> make_single_communicator();
+
+#ifdef CTRL_HAVE_MPI
+// Defined in mpi_communicator.cpp; used by make_communicator.
+std::unique_ptr<Communicator> make_mpi_communicator(double timeout_seconds);
+#endif
+
+}  // namespace ctrl

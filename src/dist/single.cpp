@@ -1,0 +1,67 @@
+// The single-process communicator (every collective over one rank is an
+// identity or a copy) and make_communicator, which picks MPI when launched by
+// mpirun and the build has it.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "dist/communicator.h"
+
+namespace ctrl {
+namespace {
+
+class SingleCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string name() const override { return "single"; }
+  void all_reduce_sum(float*, size_t) override {}
+  void all_reduce_sum(double*, size_t) override {}
+  int all_reduce_sum_start(float*, size_t) override { return ++last_handle_; }
+  void wait(int handle) override { CTRL_ASSERT(handle > 0 && handle <= last_handle_); }
+  void broadcast(void*, size_t, int root) override { CTRL_ASSERT(root == 0); }
+  void barrier() override {}
+  void reduce_scatter_sum(const float* in, float* out, size_t count) override {
+    if (count > 0 && in != out) std::memmove(out, in, count * sizeof(float));
+  }
+  void all_gather(const float* in, float* out, size_t count) override {
+    if (count > 0 && in != out) std::memmove(out, in, count * sizeof(float));
+  }
+  void check_identical(const std::string&, const std::string&) override {}
+  [[noreturn]] void abort(const std::string& message) override {
+    std::fprintf(stderr, "%s\n", message.c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+
+ private:
+  int last_handle_ = 0;
+};
+
+// The number of ranks a known MPI launcher announced, or 0 when not launched by one.
+int launcher_world_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_single_communicator() { return std::make_unique<SingleCommunicator>(); }
+
+std::unique_ptr<Communicator> make_communicator(double timeout_seconds) {
+  if (!(timeout_seconds > 0))
+    fail("ctrl: communicator timeout " + std::to_string(timeout_seconds) + " s, expected a positive number");
+  const int world = launcher_world_size();
+#ifdef CTRL_HAVE_MPI
+  if (world > 0) return make_mpi_communicator(timeout_seconds);
+#else
+  if (world > 1)
+    fail("ctrl: started by mpirun with " + std::to_string(world) +
+         " ranks, but this ctrl was built without MPI (install libopenmpi-dev and rebuild with -DCTRL_WITH_MPI=ON)");
+#endif
+  return make_single_communicator();
+}
+
+}  // namespace ctrl
