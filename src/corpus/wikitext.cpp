@@ -169,9 +169,9 @@ std::string template_text(std::string_view content) {
   if (starts_with(name, "formatnum:")) return std::string(trim(std::string_view(name).substr(10)));
   const auto args = positional(parts);
   auto arg = [&](size_t k) { return k < args.size() ? std::string(args[k]) : std::string(); };
-  static constexpr std::array<std::string_view, 12> kFirst = {
+  static constexpr std::array<std::string_view, 13> kFirst = {
       "仮リンク", "visible anchor", "small", "nowrap", "要出典範囲", "large", "big",
-      "inline-block", "補助漢字フォント", "jis2004フォント", "ruby", "nobr"};
+      "inline-block", "補助漢字フォント", "jis2004フォント", "ruby", "nobr", "unicode"};
   if (in(kFirst, name)) return arg(0);
   if (name == "lang") return arg(1);
   if (starts_with(name, "lang-")) return arg(0);

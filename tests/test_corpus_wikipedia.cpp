@@ -1,0 +1,181 @@
+// The Wikipedia reader on the real jawiki excerpt (262 pages), and on damaged copies of it.
+#include <bzlib.h>
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "corpus/sources.h"
+#include "corpus/wikipedia.h"
+
+namespace {
+
+const std::string kData = CTRL_SOURCE_DIR "/../shared/data";
+const std::string kSample = kData + "/jawiki-excerpt.xml.bz2";
+
+#define REQUIRE_SAMPLE()                                                                   \
+  if (!ctrl::file_exists(kSample)) GTEST_SKIP() << "sample data not found at " << kSample
+
+struct Collected {
+  std::vector<ctrl::Document> docs;
+  ctrl::ReadStats stats;
+};
+
+Collected read_path(const std::string& path, int threads) {
+  Collected c;
+  ctrl::ReaderOptions options;
+  options.threads = threads;
+  options.max_warnings_printed = 0;
+  c.stats = ctrl::read_source({"Wikipedia", path}, options, [&](ctrl::Document&& d) { c.docs.push_back(std::move(d)); });
+  return c;
+}
+
+std::string decompressed_sample() {
+  ctrl::ReadStats s;
+  ctrl::Warnings w(s, 0);
+  auto stream = ctrl::open_byte_stream(kSample, w);
+  std::string out(1 << 20, '\0');
+  size_t got = 0;
+  while (size_t n = stream->read(out.data() + got, out.size() - got)) {
+    got += n;
+    if (got == out.size()) out.resize(out.size() * 2);
+  }
+  out.resize(got);
+  return out;
+}
+
+std::string bz2(const std::string& data) {
+  unsigned int size = static_cast<unsigned int>(data.size() + data.size() / 50 + 1024);
+  std::string out(size, '\0');
+  EXPECT_EQ(BZ2_bzBuffToBuffCompress(out.data(), &size, const_cast<char*>(data.data()),
+                                     static_cast<unsigned>(data.size()), 9, 0, 0),
+            BZ_OK);
+  out.resize(size);
+  return out;
+}
+
+const ctrl::Document* find(const Collected& c, const std::string& title) {
+  for (const auto& d : c.docs)
+    if (d.title == title) return &d;
+  return nullptr;
+}
+
+TEST(CorpusWikipedia, SampleCountsAndCleanText) {
+  REQUIRE_SAMPLE();
+  const Collected c = read_path(kSample, 2);
+  // 262 pages: 39 outside namespace 0, 19 redirects in namespace 0, 3 disambiguation pages (地理, サンバ, フォスター).
+  EXPECT_EQ(c.stats.dropped.at("namespace"), 39u);
+  EXPECT_EQ(c.stats.dropped.at("redirect"), 19u);
+  EXPECT_EQ(c.stats.dropped.at("disambiguation"), 3u);
+  uint64_t total = c.stats.documents;
+  for (const auto& [reason, n] : c.stats.dropped) total += n;
+  EXPECT_EQ(total, 262u);
+  EXPECT_EQ(c.docs.size(), c.stats.documents);
+  EXPECT_GE(c.stats.documents, 195u);
+  EXPECT_EQ(c.stats.warnings, 1u);  // the file stops without </mediawiki>
+  EXPECT_EQ(find(c, "地理"), nullptr);
+
+  const ctrl::Document* amp = find(c, "アンパサンド");
+  ASSERT_NE(amp, nullptr);
+  EXPECT_EQ(amp->control_code, "Wikipedia");
+  EXPECT_EQ(amp->text.rfind("アンパサンド（&, ampersand）は、並立助詞「…と…」を意味する記号である。", 0), 0u) << amp->text.substr(0, 300);
+  EXPECT_NE(amp->text.find("\n語源\n"), std::string::npos);  // headings are kept as their own line
+  const ctrl::Document* hokkaido = find(c, "北海道");
+  ASSERT_NE(hokkaido, nullptr);
+  EXPECT_EQ(hokkaido->text.rfind("北海道（ほっかいどう）は、日本の北海道地方に位置する道。道庁所在地は札幌市。", 0), 0u);
+  for (const auto& d : c.docs) {
+    for (const char* junk : {"{{", "}}", "[[", "]]", "<ref", "</ref", "{|", "'''", "&amp;", "&nbsp;", "<!--", "__TOC__",
+                             "[[Category:", "ファイル:", "画像:"})
+      EXPECT_EQ(d.text.find(junk), std::string::npos) << d.title << " contains " << junk;
+    // Trailing sections are cut.
+    EXPECT_EQ(d.text.find("\n脚注\n"), std::string::npos) << d.title;
+    EXPECT_EQ(d.text.find("\n外部リンク\n"), std::string::npos) << d.title;
+  }
+}
+
+TEST(CorpusWikipedia, SameDocumentsWhateverTheThreadCount) {
+  REQUIRE_SAMPLE();
+  const Collected one = read_path(kSample, 1);
+  const Collected four = read_path(kSample, 4);
+  ASSERT_EQ(one.docs.size(), four.docs.size());
+  for (size_t i = 0; i < one.docs.size(); ++i) {
+    EXPECT_EQ(one.docs[i].title, four.docs[i].title);
+    EXPECT_EQ(one.docs[i].text, four.docs[i].text);
+  }
+}
+
+TEST(CorpusWikipedia, MultistreamTruncatedAndCutOffXml) {
+  REQUIRE_SAMPLE();
+  const std::string xml = decompressed_sample();
+  const std::string dir = ::testing::TempDir() + "/corpus_wikipedia";
+  ctrl::make_directories(dir);
+  const Collected whole = read_path(kSample, 2);
+
+  // Multistream: the XML split at a page boundary into two concatenated bz2 streams.
+  const size_t cut = xml.find("<page>", xml.size() / 2);
+  ASSERT_NE(cut, std::string::npos);
+  ctrl::write_file_atomically(dir + "/multi.xml.bz2", bz2(xml.substr(0, cut)) + bz2(xml.substr(cut)));
+  const Collected multi = read_path(dir + "/multi.xml.bz2", 2);
+  EXPECT_EQ(multi.stats.documents, whole.stats.documents);
+  EXPECT_EQ(multi.stats.warnings, 1u);
+
+  // A truncated bz2 stream: a warning, and the pages decompressed before the cut are kept.
+  const std::string compressed = ctrl::read_file(kSample);
+  ctrl::write_file_atomically(dir + "/truncated.xml.bz2", compressed.substr(0, compressed.size() / 2));
+  const Collected truncated = read_path(dir + "/truncated.xml.bz2", 2);
+  EXPECT_GT(truncated.stats.documents, 20u);
+  EXPECT_LT(truncated.stats.documents, whole.stats.documents);
+  EXPECT_GE(truncated.stats.warnings, 2u);  // bz2 truncated + XML cut off
+
+  // XML cut in the middle of a page's text: the complete pages are kept, the partial one is counted.
+  const size_t mid = xml.find("</text>", xml.size() / 3);
+  ctrl::write_file_atomically(dir + "/cut.xml", xml.substr(0, mid - 100));
+  const Collected cut_off = read_path(dir + "/cut.xml", 2);
+  EXPECT_GT(cut_off.stats.documents, 20u);
+  EXPECT_EQ(cut_off.stats.dropped.at("truncated_page"), 1u);
+  for (size_t i = 0; i < cut_off.docs.size(); ++i) EXPECT_EQ(cut_off.docs[i].text, whole.docs[i].text);
+
+  // Garbage in the middle of the XML: the pages before it are kept, a warning names the offset.
+  const size_t bad_at = xml.find("<page>", xml.size() / 4);
+  ctrl::write_file_atomically(dir + "/garbage.xml", xml.substr(0, bad_at) + "<page><<<&&&" + xml.substr(bad_at));
+  const Collected garbage = read_path(dir + "/garbage.xml", 2);
+  EXPECT_GT(garbage.stats.documents, 10u);
+  EXPECT_EQ(garbage.stats.warnings, 1u);
+}
+
+TEST(CorpusWikipedia, NotXmlAtAllIsAnError) {
+  const std::string dir = ::testing::TempDir() + "/corpus_wikipedia";
+  ctrl::make_directories(dir);
+  ctrl::write_file_atomically(dir + "/broken.xml", "<mediawiki><<<< not xml");
+  EXPECT_THROW(read_path(dir + "/broken.xml", 1), ctrl::Error);
+  EXPECT_THROW(read_path(dir + "/missing.xml", 1), ctrl::Error);
+}
+
+TEST(CorpusWikipedia, MinimalExportWithAllPageKinds) {
+  const std::string xml =
+      "<mediawiki><page><title>A</title><ns>0</ns><revision><text>'''A''' is [[B|a letter]].</text></revision></page>"
+      "<page><title>R</title><ns>0</ns><redirect title=\"A\"/><revision><text>#REDIRECT [[A]]</text></revision></page>"
+      "<page><title>R2</title><ns>0</ns><revision><text>#転送 [[A]]</text></revision></page>"
+      "<page><title>D</title><ns>0</ns><revision><text>'''D''' may mean:\n* x\n{{人名の曖昧さ回避}}</text></revision></page>"
+      "<page><title>T:X</title><ns>10</ns><revision><text>template</text></revision></page>"
+      "<page><title>E</title><ns>0</ns><revision><text>{{Infobox}}</text></revision></page>"
+      "</mediawiki>";
+  ctrl::ReadStats stats;
+  ctrl::Warnings warnings(stats, 0);
+  std::vector<ctrl::Document> docs;
+  ctrl::DocumentSink sink = [&](ctrl::Document&& d) { docs.push_back(std::move(d)); };
+  ctrl::ReadContext context{"Wiki", {}, stats, warnings, sink};
+  auto stream = ctrl::memory_byte_stream(xml, "mem", warnings);
+  ctrl::read_wikipedia_xml(*stream, "mem", context);
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0].text, "A is a letter.");
+  EXPECT_EQ(docs[0].control_code, "Wiki");
+  EXPECT_EQ(stats.dropped["redirect"], 2u);
+  EXPECT_EQ(stats.dropped["disambiguation"], 1u);
+  EXPECT_EQ(stats.dropped["namespace"], 1u);
+  EXPECT_EQ(stats.dropped["empty"], 1u);
+  EXPECT_EQ(stats.warnings, 0u);
+}
+
+}  // namespace
