@@ -8,6 +8,7 @@ Run with Debian's python (/usr/bin/python3, python3-torch 1.13) after
 tools/setup_python.sh. See docs/oracle.md for the meaning of every tensor.
 """
 import argparse
+import copy
 import json
 import os
 import sys
@@ -172,6 +173,38 @@ def write_atomically(tensors, metadata, path):
         raise
 
 
+def oracle(model, init, ids, args, clip):
+    """Everything the fixture records for one model: logits, loss, gradients,
+    the AdamW and Adagrad trajectories. Works in the model's dtype."""
+    names = param_names(model)
+    restore(model, init)
+    model.zero_grad(set_to_none=True)
+    out = model(ids, labels=ids)
+    out.loss.backward()
+    t = {"logits": out.logits.detach().contiguous(), "loss": out.loss.detach().reshape(1)}
+    for n, p in model.named_parameters():
+        t["grad." + n] = p.grad.detach().clone().contiguous()
+    for opt, (losses, norms, final) in (("adamw", run_adamw(model, init, ids, args, clip)),
+                                        ("adagrad", run_adagrad(model, init, ids, args))):
+        t[opt + ".losses"] = torch.tensor(losses, dtype=out.loss.dtype)
+        t[opt + ".grad_norms"] = torch.tensor(norms, dtype=out.loss.dtype)
+        for n in names:
+            t[opt + ".final." + n] = final[n]
+    return t
+
+
+def fp64_deviation(t32, t64):
+    """Max abs difference between the fp32 results and the same computation in
+    fp64, per kind of tensor: how far a correct fp32 implementation may drift,
+    the yardstick for the tolerances tests use."""
+    groups = {}
+    for k, v in t32.items():
+        group = next((g for g in ("grad.", "adamw.final.", "adagrad.final.") if k.startswith(g)), k)
+        d = (v.double() - t64[k]).abs().max().item()
+        groups[group.rstrip(".")] = max(groups.get(group.rstrip("."), 0.0), d)
+    return {k: float(f"{v:.3g}") for k, v in groups.items()}
+
+
 def main():
     args = parse_args()
     if args.seq > args.n_positions:
@@ -184,36 +217,22 @@ def main():
     gen = torch.Generator().manual_seed(args.seed + 1)
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=gen, dtype=torch.int64)
 
-    model.zero_grad(set_to_none=True)
-    out = model(ids, labels=ids)
-    out.loss.backward()
-    logits = out.logits.detach().contiguous()
+    if args.hf_dir:
+        model.save_pretrained(args.hf_dir, safe_serialization=True)
+    clip = choose_clip(model, init, ids, args)
+    results = oracle(model, init, ids, args, clip)
+    model64 = copy.deepcopy(model).double()
+    results64 = oracle(model64, {n: v.double() for n, v in init.items()}, ids, args, clip)
+    deviation = fp64_deviation(results, results64)
+    if args.hf_logits:
+        write_atomically({"input_ids": ids.contiguous(), "logits": results["logits"]},
+                         {"source": "tools/make_fixture.py"}, args.hf_logits)
+
     tensors = {n: init[n] for n in names}
     tensors["input_ids"] = ids.contiguous()
     tensors["labels"] = ids.clone().contiguous()
-    tensors["logits"] = logits
-    tensors["loss"] = out.loss.detach().reshape(1).contiguous()
-    for n, p in model.named_parameters():
-        tensors["grad." + n] = p.grad.detach().clone().contiguous()
-
-    if args.hf_dir:
-        model.save_pretrained(args.hf_dir, safe_serialization=True)
-    if args.hf_logits:
-        write_atomically({"input_ids": ids.contiguous(), "logits": logits}, {"source": "make_fixture.py"},
-                         args.hf_logits)
-
-    clip = choose_clip(model, init, ids, args)
-    losses, norms, final = run_adamw(model, init, ids, args, clip)
-    tensors["adamw.losses"] = torch.tensor(losses, dtype=torch.float32)
-    tensors["adamw.grad_norms"] = torch.tensor(norms, dtype=torch.float32)
-    for n in names:
-        tensors["adamw.final." + n] = final[n]
-
-    ag_losses, ag_norms, ag_final = run_adagrad(model, init, ids, args)
-    tensors["adagrad.losses"] = torch.tensor(ag_losses, dtype=torch.float32)
-    tensors["adagrad.grad_norms"] = torch.tensor(ag_norms, dtype=torch.float32)
-    for n in names:
-        tensors["adagrad.final." + n] = ag_final[n]
+    tensors.update(results)
+    norms = results["adamw.grad_norms"].tolist()
 
     keys = ["vocab_size", "n_positions", "n_embd", "dff", "n_layer", "n_head", "layer_norm_epsilon",
             "resid_pdrop", "embd_pdrop", "attn_pdrop", "initializer_range"]
@@ -233,13 +252,16 @@ def main():
         "adagrad_initial_accumulator": repr(0.1),
         "clip_norm": repr(clip),
         "clip_norm_adagrad": repr(args.clip_adagrad),
+        "fp64_max_abs_diff": json.dumps(deviation),
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__,
     }
     write_atomically(tensors, metadata, args.out)
-    print(f"{args.out}: loss {float(out.loss):.6f}, AdamW clip {clip:.6g} "
+    print(f"{args.out}: loss {results['loss'].item():.6f}, AdamW clip {clip:.6g} "
           f"(clipped {sum(n > clip for n in norms)}/{len(norms)} steps), "
-          f"AdamW losses {[round(x, 5) for x in losses]}, Adagrad losses {[round(x, 5) for x in ag_losses]}")
+          f"AdamW losses {[round(x, 5) for x in results['adamw.losses'].tolist()]}, "
+          f"Adagrad losses {[round(x, 5) for x in results['adagrad.losses'].tolist()]}\n"
+          f"  fp32 vs fp64 max abs diff: {deviation}")
 
 
 if __name__ == "__main__":

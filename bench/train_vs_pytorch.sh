@@ -1,0 +1,79 @@
+#!/bin/bash
+# Training throughput, ctrl against PyTorch (Hugging Face CTRLLMHeadModel) on
+# the same preset, in one run. PyTorch runs twice per precision:
+#   defaults: the environment as it is (torch's own thread count, OpenBLAS as
+#             configured, glibc malloc);
+#   tuned:    torch.set_num_threads(THREADS), OPENBLAS_CORETYPE and
+#             OPENBLAS_L2_SIZE unset (OpenBLAS picks its AVX-512 kernels where
+#             the CPU has them), Debian's tcmalloc preloaded.
+# Then `ctrl bench --config PRESET --steps N --threads THREADS --json`, if the
+# binary ($CTRL, else build/ctrl) has that command, and a table with the ratios
+# ctrl/defaults and ctrl/tuned.
+#
+# Knobs (environment): PRESET=small PRECISIONS="fp32 bf16" BATCH=8 STEPS=8
+# WARMUP=2 THREADS=$(nproc) CTRL=build/ctrl
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PRESET=${PRESET:-small}
+PRECISIONS=${PRECISIONS:-fp32 bf16}
+BATCH=${BATCH:-8}
+STEPS=${STEPS:-8}
+WARMUP=${WARMUP:-2}
+THREADS=${THREADS:-$(nproc)}
+CTRL=${CTRL:-build/ctrl}
+PY=/usr/bin/python3   # Debian's python with python3-torch (tools/setup_python.sh)
+
+TCMALLOC=$(ldconfig -p | awk '/libtcmalloc_minimal\.so\.4 / && !f {print $NF; f = 1}')
+if [ -z "$TCMALLOC" ]; then
+  echo "train_vs_pytorch: libtcmalloc_minimal.so.4 not found (apt-get install libtcmalloc-minimal4); tuned runs use glibc malloc" >&2
+fi
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+common=(--preset "$PRESET" --batch "$BATCH" --steps "$STEPS" --warmup-steps "$WARMUP" --json)
+
+for prec in $PRECISIONS; do
+  echo "== PyTorch $PRESET $prec, defaults" >&2
+  "$PY" bench/pytorch_train.py "${common[@]}" --precision "$prec" > "$out/pytorch-defaults-$prec.json"
+  echo "== PyTorch $PRESET $prec, tuned (threads $THREADS, AVX-512 OpenBLAS, tcmalloc)" >&2
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ${TCMALLOC:+LD_PRELOAD="$TCMALLOC"} \
+    "$PY" bench/pytorch_train.py "${common[@]}" --precision "$prec" --threads "$THREADS" \
+    > "$out/pytorch-tuned-$prec.json"
+done
+
+if [ -x "$CTRL" ]; then
+  echo "== ctrl bench --config $PRESET --steps $STEPS --threads $THREADS" >&2
+  if ! "$CTRL" bench --config "$PRESET" --steps "$STEPS" --threads "$THREADS" --json > "$out/ctrl.json"; then
+    echo "train_vs_pytorch: '$CTRL bench' failed; showing PyTorch only" >&2
+    rm -f "$out/ctrl.json"
+  fi
+else
+  echo "train_vs_pytorch: no ctrl binary at $CTRL (set CTRL=...); showing PyTorch only" >&2
+fi
+
+"$PY" - "$out" <<'EOF'
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    path = os.path.join(out, name)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        lines = [l for l in f.read().splitlines() if l.strip().startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+rows = []
+for name in sorted(os.listdir(out)):
+    r = load(name)
+    if r:
+        rows.append((name[:-5], r))
+print(f"{'run':<24}{'tokens/s':>10}{'it/s':>8}{'peak RSS MiB':>14}{'threads':>9}  blas")
+for name, r in rows:
+    print(f"{name:<24}{r['tokens_per_s']:>10.0f}{r['it_per_s']:>8.3f}{r['peak_rss_bytes'] / 2**20:>14.0f}"
+          f"{r.get('threads', ''):>9}  {r.get('blas', '')[:70]}")
+ctrl = load("ctrl.json")
+if ctrl:
+    for name, r in rows:
+        if name.startswith("pytorch-"):
+            print(f"ctrl / {name[8:]}: {ctrl['tokens_per_s'] / r['tokens_per_s']:.2f}x")
+EOF
