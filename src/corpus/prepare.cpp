@@ -1,0 +1,407 @@
+// The prepare pipeline: read -> clean/filter/split -> spool -> tokenizer -> shards -> manifest.
+#include "corpus/prepare.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/progress.h"
+#include "data/shard.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ctrl {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kBatchBytes = 16u << 20;  // cleaning / encoding batch
+constexpr size_t kBatchDocs = 8192;
+
+struct DocMeta {
+  uint32_t source;
+  uint32_t lines;
+  uint64_t bytes;
+  double score;  // split_score of the cleaned text
+  bool valid;
+};
+
+// One control code's spooled documents: the cleaned texts in input order on disk
+// (records of u32 length + bytes), their metadata in memory.
+struct CodeSpool {
+  std::string name, path;
+  std::FILE* file = nullptr;
+  std::vector<DocMeta> docs;
+  uint64_t bytes = 0;
+};
+
+void write_record(CodeSpool& spool, const std::string& text) {
+  const uint32_t n = uint32_t(text.size());
+  if (std::fwrite(&n, 4, 1, spool.file) != 1 || std::fwrite(text.data(), 1, n, spool.file) != n)
+    fail(spool.path + ": write failed (disk full?)");
+  spool.bytes += n;
+}
+
+// Reads the spool's records back in order.
+class SpoolReader {
+ public:
+  explicit SpoolReader(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "rb")) {
+    if (!file_) fail(path + ": cannot reopen the spool file");
+  }
+  ~SpoolReader() { std::fclose(file_); }
+  bool next(std::string& text) {
+    uint32_t n;
+    if (std::fread(&n, 4, 1, file_) != 1) return false;
+    text.resize(n);
+    if (std::fread(text.data(), 1, n, file_) != n) fail(path_ + ": truncated spool record");
+    return true;
+  }
+
+ private:
+  std::string path_;
+  std::FILE* file_;
+};
+
+// Train documents' lines, for the tokenizer trainer.
+class SpoolSentences : public SentenceSource {
+ public:
+  explicit SpoolSentences(const std::vector<CodeSpool>& spools) : spools_(spools) {
+    for (const auto& s : spools)
+      for (const auto& d : s.docs)
+        if (!d.valid) hint_ += d.lines;
+  }
+  void rewind() override {
+    code_ = 0;
+    doc_ = 0;
+    reader_.reset();
+    pos_ = text_.size();
+  }
+  bool next(std::string& sentence) override {
+    while (true) {
+      if (pos_ < text_.size()) {
+        const size_t end = std::min(text_.find('\n', pos_), text_.size());
+        sentence.assign(text_, pos_, end - pos_);
+        pos_ = end + 1;
+        return true;
+      }
+      if (!next_document()) return false;
+    }
+  }
+  uint64_t size_hint() const override { return hint_; }
+
+ private:
+  bool next_document() {
+    while (code_ < spools_.size()) {
+      if (!reader_) {
+        reader_ = std::make_unique<SpoolReader>(spools_[code_].path);
+        doc_ = 0;
+      }
+      while (reader_->next(text_)) {
+        if (spools_[code_].docs[doc_++].valid) continue;
+        pos_ = 0;
+        return true;
+      }
+      reader_.reset();
+      ++code_;
+    }
+    return false;
+  }
+  const std::vector<CodeSpool>& spools_;
+  std::unique_ptr<SpoolReader> reader_;
+  size_t code_ = 0, doc_ = 0, pos_ = 0;
+  std::string text_;
+  uint64_t hint_ = 0;
+};
+
+std::string file_stem_for(size_t index, const std::string& code) {
+  std::string s;
+  for (unsigned char c : code) s += std::isalnum(c) || c == '-' || c == '_' ? char(c) : '_';
+  char prefix[32];
+  std::snprintf(prefix, sizeof prefix, "%02zu-", index);
+  return prefix + s;
+}
+
+void check_code_name(const std::string& code, const std::string& origin) {
+  if (code.empty() || code.find_first_of(", \t\r\n") != std::string::npos || clean_text(code) != code)
+    fail(origin + ": control code '" + code + "': expected a non-empty NFKC name without spaces or commas");
+}
+
+// Each split's documents of one code, cut into shards of about shard_tokens.
+struct ShardWriter {
+  ShardWriter(std::string dir_, std::string stem_, std::string split_, uint32_t vocab_, uint64_t shard_tokens_)
+      : dir(std::move(dir_)), stem(std::move(stem_)), split(std::move(split_)), vocab(vocab_), shard_tokens(shard_tokens_) {}
+  std::string dir, stem, split;
+  uint32_t vocab;
+  uint64_t shard_tokens;
+  std::vector<uint32_t> tokens;
+  uint64_t documents = 0, total_tokens = 0;
+  std::vector<std::string> files;
+
+  void add(const std::vector<int32_t>& ids, int32_t eos) {
+    tokens.insert(tokens.end(), ids.begin(), ids.end());
+    tokens.push_back(uint32_t(eos));
+    total_tokens += ids.size() + 1;
+    ++documents;
+    if (tokens.size() >= shard_tokens) flush();
+  }
+  void flush() {
+    if (documents == 0) return;
+    char name[64];
+    std::snprintf(name, sizeof name, ".%s.%04zu.bin", split.c_str(), files.size());
+    files.push_back(stem + name);
+    write_shard(dir + "/" + files.back(), tokens, documents, vocab);
+    tokens.clear();
+    documents = 0;
+  }
+};
+
+// Moves <dir> aside (only if it is an earlier prepare output or empty) and puts tmp in its place.
+void install_output(const std::string& tmp, const std::string& out) {
+  std::error_code ec;
+  if (fs::exists(out)) {
+    if (!fs::is_directory(out) || (!fs::is_empty(out) && !fs::exists(out + "/manifest.json")))
+      fail(out + ": exists and is not a directory written by `ctrl prepare`; remove it or choose another --out");
+    const std::string old = out + ".old-" + std::to_string(getpid());
+    fs::rename(out, old, ec);
+    if (ec) fail(out + ": cannot move the previous output aside: " + ec.message());
+    fs::rename(tmp, out, ec);
+    if (ec) fail(out + ": cannot rename " + tmp + " into place: " + ec.message());
+    fs::remove_all(old, ec);
+    return;
+  }
+  fs::rename(tmp, out, ec);
+  if (ec) fail(out + ": cannot rename " + tmp + " into place: " + ec.message());
+}
+
+PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions& options, const std::string& tmp) {
+  const auto start = std::chrono::steady_clock::now();
+  const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
+  PrepareSummary summary;
+  summary.sources.resize(inputs.size());
+  std::vector<CodeSpool> spools;
+  std::map<std::string, size_t> code_index;
+  DocumentFilter filter(CleanOptions{options.min_chars});
+
+  // 1. Read, clean, filter, spool. Cleaning runs in parallel per batch; the
+  //    filter (dedup) and the spool see documents in input order.
+  for (size_t s = 0; s < inputs.size(); ++s) {
+    SourceSummary& src = summary.sources[s];
+    src.control_code = inputs[s].control_code;
+    src.description = inputs[s].description;
+    Progress progress("cleaning " + inputs[s].control_code + "=" + inputs[s].description, 0, "documents");
+    std::vector<Document> batch;
+    size_t batch_bytes = 0;
+    auto flush = [&] {
+      std::vector<std::string> clean(batch.size());
+#pragma omp parallel for schedule(dynamic, 16) num_threads(threads)
+      for (int64_t i = 0; i < int64_t(batch.size()); ++i) clean[i] = clean_text(batch[i].text);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (!filter.accept(clean[i], src.clean)) continue;
+        const std::string& code = batch[i].control_code.empty() ? inputs[s].control_code : batch[i].control_code;
+        auto [it, added] = code_index.emplace(code, spools.size());
+        if (added) {
+          check_code_name(code, batch[i].origin.empty() ? inputs[s].description : batch[i].origin);
+          CodeSpool spool;
+          spool.name = code;
+          spool.path = tmp + "/.spool-" + std::to_string(spools.size());
+          spool.file = std::fopen(spool.path.c_str(), "wb");
+          if (!spool.file) fail(spool.path + ": cannot create the spool file");
+          spools.push_back(std::move(spool));
+        }
+        CodeSpool& spool = spools[it->second];
+        write_record(spool, clean[i]);
+        const uint32_t lines = uint32_t(std::count(clean[i].begin(), clean[i].end(), '\n') + 1);
+        const double score = split_score(text_hash(clean[i]), options.seed);
+        spool.docs.push_back({uint32_t(s), lines, clean[i].size(), score, score < options.valid_fraction});
+      }
+      progress.add(batch.size(), std::to_string(src.clean.documents_kept) + " kept");
+      batch.clear();
+      batch_bytes = 0;
+    };
+    src.read = inputs[s].read([&](Document&& doc) {
+      batch_bytes += doc.text.size();
+      batch.push_back(std::move(doc));
+      if (batch_bytes >= kBatchBytes || batch.size() >= kBatchDocs) flush();
+    });
+    flush();
+    progress.finish(std::to_string(src.clean.documents_kept) + " kept");
+    if (src.clean.documents_in == 0)
+      fail(inputs[s].control_code + "=" + inputs[s].description + ": no documents in this source");
+  }
+  for (auto& spool : spools)
+    if (std::fclose(spool.file) != 0) fail(spool.path + ": write failed (disk full?)");
+  if (spools.empty()) fail("prepare: no documents left after cleaning (all empty, too short or duplicates)");
+
+  // 2. Split fix-ups: a code with >= 2 documents keeps at least one on each side.
+  for (auto& spool : spools) {
+    auto& d = spool.docs;
+    if (d.size() < 2) continue;
+    const size_t n_valid = std::count_if(d.begin(), d.end(), [](const DocMeta& m) { return m.valid; });
+    auto by_score = [](const DocMeta& a, const DocMeta& b) { return a.score < b.score; };
+    if (n_valid == 0 && options.valid_fraction > 0) std::min_element(d.begin(), d.end(), by_score)->valid = true;
+    if (n_valid == d.size()) std::max_element(d.begin(), d.end(), by_score)->valid = false;
+  }
+
+  // 3. Tokenizer: the given one, or one trained on the train documents.
+  const std::string model_path = tmp + "/tokenizer.model";
+  if (!options.tokenizer.empty()) {
+    write_file_atomically(model_path, read_file(options.tokenizer));
+  } else {
+    SpoolSentences sentences(spools);
+    TokenizerTrainOptions t;
+    t.vocab_size = options.vocab_size;
+    for (const auto& spool : spools) t.control_codes.push_back(spool.name);
+    t.sample_sentences = options.sample_sentences;
+    t.threads = threads;
+    t.seed = uint32_t(options.seed);
+    train_tokenizer(sentences, t, model_path);
+  }
+  const Tokenizer tokenizer = Tokenizer::load(model_path);
+  const std::string where = options.tokenizer.empty() ? std::string("trained tokenizer") : options.tokenizer;
+  for (const auto& spool : spools) {
+    const int32_t id = tokenizer.piece_to_id(spool.name);
+    if (id < 0 || tokenizer.encode_clean(spool.name) != std::vector<int32_t>{id})
+      fail(where + ": control code '" + spool.name + "' is not a single token of this tokenizer (train one with it)");
+  }
+
+  // 4. Encode each code's documents in parallel batches and write the shards.
+  uint64_t total_bytes = 0;
+  for (const auto& spool : spools) total_bytes += spool.bytes;
+  Progress progress("encoding", total_bytes, "bytes");
+  uint64_t done_bytes = 0;
+  Manifest manifest;
+  manifest.vocab_size = tokenizer.vocab_size();
+  manifest.eos_id = tokenizer.eos_id();
+  manifest.tokenizer_file = "tokenizer.model";
+  {
+    const std::string bytes = read_file(model_path);
+    manifest.tokenizer_crc32 = crc32_of(bytes.data(), bytes.size());
+  }
+  manifest.valid_fraction = options.valid_fraction;
+  manifest.split_seed = options.seed;
+  for (size_t c = 0; c < spools.size(); ++c) {
+    const CodeSpool& spool = spools[c];
+    const std::string stem = file_stem_for(c, spool.name);
+    ShardWriter train{tmp, stem, "train", manifest.vocab_size, options.shard_tokens};
+    ShardWriter valid{tmp, stem, "valid", manifest.vocab_size, options.shard_tokens};
+    SpoolReader reader(spool.path);
+    size_t doc = 0;
+    std::vector<std::string> texts;
+    while (doc < spool.docs.size()) {
+      texts.clear();
+      size_t bytes = 0;
+      while (doc + texts.size() < spool.docs.size() && bytes < kBatchBytes && texts.size() < kBatchDocs) {
+        texts.emplace_back();
+        if (!reader.next(texts.back())) fail(spool.path + ": spool ended early");
+        bytes += texts.back().size();
+      }
+      const auto ids = tokenizer.encode_batch(std::vector<std::string_view>(texts.begin(), texts.end()), threads);
+      for (size_t i = 0; i < ids.size(); ++i, ++doc) {
+        const DocMeta& m = spool.docs[doc];
+        (m.valid ? valid : train).add(ids[i], manifest.eos_id);
+        summary.sources[m.source].tokens += ids[i].size() + 1;
+      }
+      done_bytes += bytes;
+      progress.update(done_bytes);
+    }
+    train.flush();
+    valid.flush();
+    ControlCode code;
+    code.name = spool.name;
+    code.token_id = tokenizer.piece_to_id(spool.name);
+    for (const auto& m : spool.docs) (m.valid ? code.documents_valid : code.documents_train)++;
+    code.shards_train = train.files;
+    code.shards_valid = valid.files;
+    manifest.codes.push_back(code);
+    summary.codes.push_back({code.name, code.token_id, code.documents_train, code.documents_valid, train.total_tokens,
+                             valid.total_tokens});
+    std::remove(spool.path.c_str());
+  }
+  progress.finish();
+
+  // 5. The manifest, last: per source what was read, kept, dropped and encoded.
+  nlohmann::ordered_json sources = nlohmann::ordered_json::array();
+  for (const auto& s : summary.sources) {
+    nlohmann::ordered_json dropped = nlohmann::ordered_json::object();
+    for (const auto& [why, n] : s.read.dropped) dropped["reader: " + why] = n;
+    for (const auto& [why, n] : s.clean.dropped) dropped[why] = n;
+    sources.push_back({{"control_code", s.control_code},
+                       {"path", s.description},
+                       {"documents_read", s.clean.documents_in},
+                       {"documents_kept", s.clean.documents_kept},
+                       {"dropped", dropped},
+                       {"reader_warnings", s.read.warnings},
+                       {"characters_kept", s.clean.chars_kept},
+                       {"characters_dropped", s.clean.chars_dropped},
+                       {"tokens", s.tokens}});
+  }
+  manifest.sources_json = sources.dump();
+  manifest.write(tmp);
+  summary.vocab_size = manifest.vocab_size;
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return summary;
+}
+
+}  // namespace
+
+PrepareSummary prepare_corpus(const std::vector<PrepareInput>& inputs, const PrepareOptions& options) {
+  if (inputs.empty()) fail("prepare: no sources given");
+  if (options.out_dir.empty()) fail("prepare: --out is required");
+  if (!(options.valid_fraction >= 0 && options.valid_fraction < 1))
+    fail("prepare: --valid-fraction " + std::to_string(options.valid_fraction) + ": expected 0 <= f < 1");
+  if (options.shard_tokens == 0) fail("prepare: shard size must be positive");
+  if (!options.tokenizer.empty() && !file_exists(options.tokenizer))
+    fail(options.tokenizer + ": no such tokenizer model (--tokenizer)");
+  std::string out = options.out_dir;
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  const std::string tmp = out + ".tmp-" + std::to_string(getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  make_directories(tmp);
+  try {
+    PrepareSummary summary = run(inputs, options, tmp);
+    install_output(tmp, out);
+    if (!options.quiet) std::fprintf(stderr, "%s", format_summary(summary).c_str());
+    return summary;
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+std::string format_summary(const PrepareSummary& summary) {
+  std::string out;
+  char line[512];
+  out += "sources:\n";
+  for (const auto& s : summary.sources) {
+    std::snprintf(line, sizeof line, "  %s=%s: %" PRIu64 " documents read, %" PRIu64 " kept, %s characters kept, %s tokens",
+                  s.control_code.c_str(), s.description.c_str(), s.clean.documents_in, s.clean.documents_kept,
+                  Progress::format_count(double(s.clean.chars_kept)).c_str(), Progress::format_count(double(s.tokens)).c_str());
+    out += line;
+    std::string dropped;
+    for (const auto& [why, n] : s.read.dropped) dropped += (dropped.empty() ? "" : ", ") + why + " " + std::to_string(n);
+    for (const auto& [why, n] : s.clean.dropped) dropped += (dropped.empty() ? "" : ", ") + why + " " + std::to_string(n);
+    out += dropped.empty() ? "\n" : "; dropped: " + dropped + "\n";
+  }
+  std::snprintf(line, sizeof line, "codes (vocabulary %u):\n", summary.vocab_size);
+  out += line;
+  for (const auto& c : summary.codes) {
+    std::snprintf(line, sizeof line,
+                  "  %-12s id %-5d train %" PRIu64 " documents, %" PRIu64 " tokens; valid %" PRIu64 " documents, %" PRIu64
+                  " tokens\n",
+                  c.name.c_str(), c.token_id, c.documents_train, c.tokens_train, c.documents_valid, c.tokens_valid);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "prepared in %s\n", Progress::format_duration(summary.seconds).c_str());
+  return out + line;
+}
+
+}  // namespace ctrl

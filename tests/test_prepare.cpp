@@ -1,0 +1,257 @@
+// ctrl prepare end to end: real readers, cleaning, split, tokenizer, shards,
+// manifest; byte-identical reruns; one-line errors; the Debian renderers.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "corpus/clean.h"
+#include "corpus/debian_docs.h"
+#include "corpus/prepare.h"
+#include "corpus/sources.h"
+#include "data/shard.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ctrl {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string japanese_document(int i) {
+  const char* who[] = {"私は", "彼女は", "先生が", "子供たちは", "猫が", "東京の友人は", "父は", "学生が"};
+  const char* what[] = {"本を", "りんごを", "手紙を", "新しい車を", "日本語の辞書を", "古い写真を", "コーヒーを"};
+  const char* verb[] = {"読みました。", "買いました。", "書きます。", "見ています。", "探しました。", "飲みます。"};
+  std::string text = "第" + std::to_string(i) + "話 ";
+  for (int k = 0; k < 6; ++k) text += std::string(who[(i + k) % 8]) + what[(i * 3 + k) % 7] + verb[(i * 5 + k) % 6];
+  return text + "\nThe end of story number " + std::to_string(i) + ".";
+}
+
+class PrepareTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ctrl_prep_test_" + std::to_string(getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "novels");
+    // Source 1: JSON lines, 120 documents + 5 duplicates + 3 too short + 2 empty, with half-width kana to normalize.
+    std::ofstream jsonl(dir_ / "wiki.jsonl");
+    for (int i = 0; i < 120; ++i) jsonl << nlohmann::json{{"text", japanese_document(i) + " ｶﾀｶﾅ"}}.dump() << "\n";
+    for (int i = 0; i < 5; ++i) jsonl << nlohmann::json{{"text", japanese_document(i) + " カタカナ"}}.dump() << "\n";
+    for (int i = 0; i < 3; ++i) jsonl << nlohmann::json{{"text", "短い"}}.dump() << "\n";
+    for (int i = 0; i < 2; ++i) jsonl << nlohmann::json{{"text", " \t "}}.dump() << "\n";
+    jsonl.close();
+    // Source 2: a directory of plain text files, one document each.
+    for (int i = 0; i < 30; ++i) std::ofstream(dir_ / "novels" / ("n" + std::to_string(100 + i) + ".txt")) << japanese_document(1000 + i);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::vector<PrepareInput> inputs() const {
+    std::vector<PrepareInput> in;
+    for (const auto& [code, path] : std::vector<std::pair<std::string, std::string>>{
+             {"Wikipedia", (dir_ / "wiki.jsonl").string()}, {"Novel", (dir_ / "novels").string()}}) {
+      const SourceSpec spec{code, path};
+      in.push_back({code, path, [spec](const DocumentSink& sink) { return read_source(spec, ReaderOptions{}, sink); }});
+    }
+    return in;
+  }
+  PrepareOptions options(const std::string& out) const {
+    PrepareOptions o;
+    o.out_dir = (dir_ / out).string();
+    o.vocab_size = 400;
+    o.valid_fraction = 0.1;
+    o.threads = 2;
+    o.quiet = true;
+    return o;
+  }
+  fs::path dir_;
+};
+
+TEST_F(PrepareTest, EndToEndShardsMatchTheSummary) {
+  const PrepareSummary s = prepare_corpus(inputs(), options("out"));
+  ASSERT_EQ(s.sources.size(), 2u);
+  EXPECT_EQ(s.sources[0].clean.documents_in, 128u);  // the reader itself skips the 2 empty lines
+  EXPECT_EQ(s.sources[0].clean.documents_kept, 120u);
+  EXPECT_EQ(s.sources[0].clean.dropped.at(DocumentFilter::kDuplicate), 5u);  // NFKC made them equal
+  EXPECT_EQ(s.sources[0].clean.dropped.at(DocumentFilter::kTooShort), 3u);
+  EXPECT_EQ(s.sources[1].clean.documents_kept, 30u);
+
+  const Dataset d = Dataset::open((dir_ / "out").string());
+  ASSERT_EQ(d.n_codes(), 2u);
+  EXPECT_EQ(d.code(0).name, "Wikipedia");
+  EXPECT_EQ(d.code(1).name, "Novel");
+  const Tokenizer t = Tokenizer::load(d.tokenizer_path());
+  EXPECT_EQ(d.manifest().vocab_size, t.vocab_size());
+  EXPECT_EQ(d.manifest().eos_id, t.eos_id());
+  for (size_t c = 0; c < 2; ++c) {
+    const auto& code = d.code(c);
+    EXPECT_EQ(code.token_id, t.piece_to_id(code.name));
+    EXPECT_EQ(code.documents_train + code.documents_valid, c == 0 ? 120u : 30u);
+    EXPECT_GE(code.documents_valid, 1u);
+    EXPECT_EQ(d.train(c).documents(), code.documents_train);
+    EXPECT_EQ(d.valid(c).documents(), code.documents_valid);
+    EXPECT_EQ(d.train(c).size(), s.codes[c].tokens_train);
+    EXPECT_EQ(d.valid(c).size(), s.codes[c].tokens_valid);
+    // Documents are followed by eos: count them, and decode the first one.
+    std::vector<int32_t> all(d.train(c).size());
+    d.train(c).copy(0, all.size(), all.data());
+    EXPECT_EQ(uint64_t(std::count(all.begin(), all.end(), t.eos_id())), code.documents_train);
+    EXPECT_EQ(all.back(), t.eos_id());
+    const auto eos = std::find(all.begin(), all.end(), t.eos_id());
+    const std::string first = t.decode(std::vector<int32_t>(all.begin(), eos));
+    EXPECT_NE(first.find("The end of story number"), std::string::npos) << first;
+    EXPECT_EQ(clean_text(first), first);
+    if (c == 0) {
+      EXPECT_NE(first.find("カタカナ"), std::string::npos) << "NFKC applied before tokenizing";
+    }
+  }
+  // Sources are recorded with their counts.
+  const auto manifest = nlohmann::json::parse(read_file((dir_ / "out" / "manifest.json").string()));
+  EXPECT_EQ(manifest["sources"][0]["documents_kept"], 120);
+  EXPECT_EQ(manifest["sources"][0]["dropped"]["duplicate"], 5);
+  EXPECT_FALSE(fs::exists(dir_ / ("out.tmp-" + std::to_string(getpid()))));
+}
+
+TEST_F(PrepareTest, RerunIsByteIdenticalAndRollingShardsKeepTheTokens) {
+  prepare_corpus(inputs(), options("a"));
+  PrepareOptions b = options("b");
+  prepare_corpus(inputs(), b);
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir_ / "a")) {
+    ++files;
+    EXPECT_EQ(read_file(e.path().string()), read_file((dir_ / "b" / e.path().filename()).string())) << e.path();
+  }
+  EXPECT_GE(files, 6u);  // tokenizer, manifest, 2 codes x 2 splits
+  // Rerunning into an existing output replaces it.
+  prepare_corpus(inputs(), b);
+  EXPECT_EQ(read_file((dir_ / "a" / "manifest.json").string()), read_file((dir_ / "b" / "manifest.json").string()));
+
+  // Small shards, the given tokenizer: same streams, more files.
+  PrepareOptions small = options("small");
+  small.shard_tokens = 500;
+  small.tokenizer = (dir_ / "a" / "tokenizer.model").string();
+  prepare_corpus(inputs(), small);
+  const Dataset da = Dataset::open((dir_ / "a").string()), ds = Dataset::open((dir_ / "small").string());
+  EXPECT_GT(ds.code(0).shards_train.size(), 3u);
+  for (size_t c = 0; c < 2; ++c) {
+    ASSERT_EQ(da.train(c).size(), ds.train(c).size());
+    std::vector<int32_t> x(da.train(c).size()), y(x.size());
+    da.train(c).copy(0, x.size(), x.data());
+    ds.train(c).copy(0, y.size(), y.data());
+    EXPECT_EQ(x, y);
+  }
+}
+
+TEST_F(PrepareTest, AnotherSeedGivesAnotherSplit) {
+  prepare_corpus(inputs(), options("s1"));
+  PrepareOptions o = options("s2");
+  o.seed = 2;
+  prepare_corpus(inputs(), o);
+  const Dataset a = Dataset::open((dir_ / "s1").string()), b = Dataset::open((dir_ / "s2").string());
+  EXPECT_NE(read_file((dir_ / "s1" / "manifest.json").string()), read_file((dir_ / "s2" / "manifest.json").string()));
+  EXPECT_EQ(a.code(0).documents_train + a.code(0).documents_valid, b.code(0).documents_train + b.code(0).documents_valid);
+}
+
+TEST_F(PrepareTest, BadInputGivesOneLineErrorsAndLeavesNothing) {
+  auto expect_error = [&](std::vector<PrepareInput> in, PrepareOptions o, const std::string& needle) {
+    try {
+      prepare_corpus(in, o);
+      FAIL() << "expected an error containing " << needle;
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+    EXPECT_FALSE(fs::exists(o.out_dir));
+    EXPECT_FALSE(fs::exists(o.out_dir + ".tmp-" + std::to_string(getpid())));
+  };
+  const SourceSpec missing{"Wikipedia", (dir_ / "nope.xml").string()};
+  expect_error({{"Wikipedia", missing.path, [missing](const DocumentSink& s) { return read_source(missing, {}, s); }}},
+               options("e1"), "nope.xml");
+  std::ofstream(dir_ / "empty.txt").close();
+  const SourceSpec empty{"Empty", (dir_ / "empty.txt").string()};
+  expect_error({{"Empty", empty.path, [empty](const DocumentSink& s) { return read_source(empty, {}, s); }}},
+               options("e2"), "empty.txt");
+  expect_error({}, options("e3"), "no sources");
+  PrepareOptions bad = options("e4");
+  bad.valid_fraction = 1.5;
+  expect_error(inputs(), bad, "valid-fraction");
+  // A tokenizer that lacks one of the codes as a single token.
+  prepare_corpus({inputs()[1]}, options("novel_only"));
+  PrepareOptions wrong = options("e5");
+  wrong.tokenizer = (dir_ / "novel_only" / "tokenizer.model").string();
+  expect_error(inputs(), wrong, "control code 'Wikipedia' is not a single token");
+  // An existing directory that is not ours is never replaced.
+  fs::create_directories(dir_ / "precious");
+  std::ofstream(dir_ / "precious" / "keep.txt") << "x";
+  try {
+    prepare_corpus(inputs(), options("precious"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a directory written by `ctrl prepare`"), std::string::npos);
+  }
+  EXPECT_TRUE(fs::exists(dir_ / "precious" / "keep.txt"));
+}
+
+TEST_F(PrepareTest, CommandLineReportsErrorsInOneLine) {
+  const std::string cmd = std::string(CTRL_BINARY) + " prepare --source Wikipedia=" + (dir_ / "missing.bz2").string() +
+                          " --out " + (dir_ / "cli").string() + " 2>" + (dir_ / "err.txt").string();
+  const int status = std::system(cmd.c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  const std::string err = read_file((dir_ / "err.txt").string());
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("missing.bz2"), std::string::npos) << err;
+}
+
+TEST_F(PrepareTest, CommandLineOnTheRealWikipediaSample) {
+  const std::string sample = std::string(CTRL_SOURCE_DIR) + "/../shared/data/jawiki-excerpt.xml.bz2";
+  const std::string path = fs::exists(sample) ? sample : "/work/shared/data/jawiki-excerpt.xml.bz2";
+  if (!fs::exists(path)) GTEST_SKIP() << "no Wikipedia sample";
+  const std::string out = (dir_ / "wiki").string();
+  const std::string cmd = std::string(CTRL_BINARY) + " prepare --source Wikipedia=" + path + " --source Novel=" +
+                          (dir_ / "novels").string() + " --out " + out +
+                          " --vocab-size 4000 --sample-sentences 4000 --valid-fraction 0.05 --threads 2 > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const Dataset d = Dataset::open(out);
+  ASSERT_EQ(d.n_codes(), 2u);
+  EXPECT_GT(d.code(0).documents_train, 150u);  // 198 articles after redirects, disambiguation, other namespaces
+  EXPECT_GE(d.code(0).documents_valid, 1u);
+  EXPECT_GT(d.train(0).size(), 100000u);
+  EXPECT_EQ(d.manifest().vocab_size, 4000u);
+}
+
+TEST(DebianDocs, RendersHtmlAsLinesOfText) {
+  const std::string html =
+      "<html><head><title>題</title><style>p{}</style></head><body>"
+      "<div class=\"navheader\">前へ 次へ</div><h1>第1章 はじめに</h1>"
+      "<p>これは\n段落です。<a href=\"#\">リンク</a></p><ul><li>項目一</li><li>項目二</li></ul>"
+      "<pre>$ ls\n$ cd</pre><script>var x;</script></body></html>";
+  const std::string text = clean_text(render_html(html, "test.html"));
+  EXPECT_EQ(text, "第1章 はじめに\n\nこれは 段落です。リンク\n\n項目一\n\n項目二\n\n$ ls\n$ cd");
+}
+
+TEST(DebianDocs, RendersManPagesWithGroff) {
+  const fs::path dir = fs::temp_directory_path() / ("ctrl_man_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "ls.1") << ".TH LS 1 \"2021年5月\" \"GNU coreutils\" \"ユーザーコマンド\"\n.SH 名前\nls \\- "
+                                 "ディレクトリの内容を\nリスト表示する\n.SH 説明\n.PP\n\\fB\\-a\\fR, \\fB\\-\\-all\\fR\n"
+                                 "\\&. で始まる要素を無視しない\n";
+  std::ofstream(dir / "alias.1") << ".so man1/ls.1\n";
+  const std::string text = clean_text(render_man_page((dir / "ls.1").string(), "ls.1"));
+  EXPECT_EQ(text, "名前\nls - ディレクトリの内容を リスト表示する\n\n説明\n-a, --all . で始まる要素を無視しない") << text;
+  EXPECT_EQ(render_man_page((dir / "alias.1").string(), "alias.1"), "");
+  fs::remove_all(dir);
+}
+
+TEST(DebianDocs, MeasuresJapaneseShare) {
+  EXPECT_DOUBLE_EQ(japanese_share("日本語です"), 1.0);
+  EXPECT_DOUBLE_EQ(japanese_share("abcd 日本"), 2.0 / 6.0);
+  EXPECT_DOUBLE_EQ(japanese_share("123 !!"), 0.0);
+}
+
+}  // namespace
+}  // namespace ctrl
