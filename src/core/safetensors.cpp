@@ -36,7 +36,8 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path) {
     fail(path + ": safetensors header is not valid JSON: " + e.what());
   }
   if (!header.is_object()) fail(path + ": safetensors header: expected a JSON object");
-  const uint8_t* base = file_.data() + 8 + header_len;
+  data_begin_ = 8 + header_len;
+  const uint8_t* base = file_.data() + data_begin_;
   const size_t data_size = size - 8 - header_len;
   std::vector<std::pair<size_t, size_t>> ranges;
   for (auto it = header.begin(); it != header.end(); ++it) {
@@ -122,6 +123,16 @@ std::vector<int64_t> SafetensorsReader::read_ints(const std::string& name) const
     }
   }
   return out;
+}
+
+uint32_t SafetensorsReader::data_crc32() const {
+  return crc32_of(file_.data() + data_begin_, file_.size() - data_begin_);
+}
+
+uint32_t SafetensorsWriter::data_crc32() const {
+  uint32_t crc = 0;
+  for (const auto& e : entries_) crc = crc32_of(e.data, e.nbytes, crc);
+  return crc;
 }
 
 void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data) {

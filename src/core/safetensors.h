@@ -36,9 +36,12 @@ class SafetensorsReader {
   // Checks that the shape matches `expected` (if non-empty).
   std::vector<float> read_floats(const std::string& name, const std::vector<int64_t>& expected = {}) const;
   std::vector<int64_t> read_ints(const std::string& name) const;
+  // CRC-32 of the whole data section (all tensors' bytes in file order).
+  uint32_t data_crc32() const;
 
  private:
   MappedFile file_;
+  size_t data_begin_ = 0;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
 };
@@ -50,6 +53,8 @@ class SafetensorsWriter {
   void add(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
   void write(const std::string& path) const;
+  // CRC-32 of the data section write() will produce, e.g. to store in metadata.
+  uint32_t data_crc32() const;
 
  private:
   struct Entry { std::string name; DType dtype; std::vector<int64_t> shape; const void* data; size_t nbytes; };

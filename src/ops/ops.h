@@ -72,6 +72,14 @@ class Ops {
   virtual void embedding_backward(float* dw, TensorRef dx, const int32_t* tokens, int64_t B, int64_t T, int64_t D,
                                   float scale) = 0;
 
+  // Generation, one position at a time: x[D] = w[token] * scale + position row.
+  virtual void embedding_at(float* x, int32_t token, int64_t position, const float* w, int64_t D, float scale) = 0;
+  // Attention of one query row q[3D] (q | k | v of the newest position, whose k
+  // and v are already appended) over the cached keys/values k_cache, v_cache
+  // [n, D] (n positions including the newest); out[D].
+  virtual void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t n,
+                                int64_t D, int64_t H) = 0;
+
   virtual void relu_forward(TensorRef x, size_t n) = 0;                 // in place
   virtual void relu_backward(TensorRef dx, TensorRef y, size_t n) = 0;  // dx *= (y > 0)
   // x = dropout(x) in place; backward applies the same mask and scale to dx.

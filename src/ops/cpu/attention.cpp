@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <vector>
 
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/gemm.h"
@@ -78,6 +79,34 @@ void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRe
       }
       gemm_f32(false, false, T, hd, T, scale, dP, T, k, 3 * D, 0.0f, dq, 3 * D);  // dq = dS·k/√hd
       gemm_f32(true, false, T, hd, T, scale, dP, T, q, 3 * D, 0.0f, dk, 3 * D);   // dk = dSᵀ·q/√hd
+    }
+  }
+}
+
+void CpuOps::attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t n,
+                              int64_t D, int64_t H) {
+  const int64_t hd = D / H;
+  const float scale = 1.0f / std::sqrt(float(hd));
+#pragma omp parallel for schedule(static)
+  for (int64_t h = 0; h < H; ++h) {
+    std::vector<float> p(static_cast<size_t>(n));
+    const float* qh = q + h * hd;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) {
+      const float* k = k_cache + j * D + h * hd;
+      float s = 0;
+      for (int64_t i = 0; i < hd; ++i) s += qh[i] * k[i];
+      p[size_t(j)] = s * scale;
+      mx = std::max(mx, p[size_t(j)]);
+    }
+    float sum = 0;
+    for (auto& x : p) sum += (x = std::exp(x - mx));
+    float* o = out + h * hd;
+    for (int64_t i = 0; i < hd; ++i) o[i] = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const float w = p[size_t(j)] / sum;
+      const float* v = v_cache + j * D + h * hd;
+      for (int64_t i = 0; i < hd; ++i) o[i] += w * v[i];
     }
   }
 }

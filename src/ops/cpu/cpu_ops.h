@@ -27,6 +27,9 @@ class CpuOps final : public Ops {
                          float scale) override;
   void embedding_backward(float* dw, TensorRef dx, const int32_t* tokens, int64_t B, int64_t T, int64_t D,
                           float scale) override;
+  void embedding_at(float* x, int32_t token, int64_t position, const float* w, int64_t D, float scale) override;
+  void attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t n, int64_t D,
+                        int64_t H) override;
   void relu_forward(TensorRef x, size_t n) override;
   void relu_backward(TensorRef dx, TensorRef y, size_t n) override;
   void dropout(TensorRef x, size_t n, const DropoutSpec& spec) override;

@@ -38,4 +38,9 @@ void CpuOps::embedding_backward(float* dw, TensorRef dx_ref, const int32_t* toke
   }
 }
 
+void CpuOps::embedding_at(float* x, int32_t token, int64_t position, const float* w, int64_t D, float scale) {
+  const float* e = w + int64_t(token) * D;
+  for (int64_t c = 0; c < D; ++c) x[c] = e[c] * scale + sinusoid(position, c, D);
+}
+
 }  // namespace ctrl::cpu

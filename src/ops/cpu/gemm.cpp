@@ -98,6 +98,9 @@ std::shared_ptr<const Entry> lookup(const Key& k) {
   }
   auto e = create(k);  // outside the lock: creation JIT-compiles (milliseconds)
   std::unique_lock lock(mu);
+  // Bound the cache for callers with ever-changing shapes (generation with a
+  // growing context): start afresh; entries in use stay alive via shared_ptr.
+  if (cache.size() >= 4096) cache.clear();
   return cache.emplace(k, std::move(e)).first->second;
 }
 

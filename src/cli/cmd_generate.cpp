@@ -1,0 +1,120 @@
+// ctrl generate: text under a control code, streamed as it is produced.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "core/file_io.h"
+#include "generate/generator.h"
+#include "tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
+
+namespace ctrl::cli {
+namespace {
+
+const char* kUsage =
+    "usage: ctrl generate --model CKPT --control CODE [--prompt TEXT] [--max-tokens N] [--temperature T]\n"
+    "                     [--penalty THETA] [--top-k K] [--top-p P] [--seed S] [--ids]\n\n"
+    "Generates text that starts with control code CODE (see the list an unknown code prints) and the\n"
+    "prompt. CTRL's penalized sampling: logits of tokens already present are divided by THETA\n"
+    "(default 1.2; 1 disables); temperature 0 (default) is greedy, otherwise top-k/top-p sampling.\n"
+    "Stops at --max-tokens (default 100), the end-of-document token or the model's context.\n"
+    "--ids prints token ids instead of text (always so for models trained without a tokenizer).\n";
+
+// Tokenizer from the bytes a checkpoint carries (SentencePiece loads from a file).
+std::optional<Tokenizer> checkpoint_tokenizer(const CheckpointContents& c) {
+  if (c.tokenizer.empty()) return std::nullopt;
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("ctrl-tokenizer-" + std::to_string(getpid()) + ".model")).string();
+  write_file_atomically(path, c.tokenizer);
+  std::optional<Tokenizer> t;
+  try {
+    t.emplace(Tokenizer::load(path));
+  } catch (...) {
+    std::filesystem::remove(path);
+    throw;
+  }
+  std::filesystem::remove(path);
+  return t;
+}
+
+int run(const std::vector<std::string>& argv) {
+  Args args("generate", kUsage);
+  for (const char* f : {"model", "control", "prompt", "max-tokens", "temperature", "penalty", "top-k", "top-p", "seed"})
+    args.flag(f);
+  args.boolean("ids");
+  if (!args.parse(argv)) return 0;
+  Checkpoint ckpt(args.require("model"));
+  const auto& contents = ckpt.contents();
+  const std::string control = args.require("control");
+  int32_t control_id = -1;
+  std::string known;
+  for (const auto& c : contents.codes) {
+    if (c.name == control) control_id = c.token_id;
+    known += (known.empty() ? "" : ", ") + c.name;
+  }
+  if (control_id < 0) fail("ctrl generate: unknown control code '" + control + "' (this model knows: " + known + ")");
+  SamplingOptions o;
+  o.temperature = args.get_double("temperature", 0.0);
+  o.penalty = args.get_double("penalty", 1.2);
+  o.top_k = args.get_int("top-k", 0);
+  o.top_p = args.get_double("top-p", 1.0);
+  const int64_t max_tokens = args.get_int("max-tokens", 100);
+  if (o.temperature < 0 || o.penalty <= 0 || o.top_k < 0 || o.top_p <= 0 || o.top_p > 1 || max_tokens < 0)
+    fail("ctrl generate: need temperature >= 0, penalty > 0, top-k >= 0, 0 < top-p <= 1, max-tokens >= 0");
+  CounterRng rng{uint64_t(args.get_int("seed", 1)), 0x6E6, 0};
+
+  auto tokenizer = checkpoint_tokenizer(contents);
+  const bool print_ids = args.has("ids") || !tokenizer;
+  std::vector<int32_t> history = {control_id};
+  if (args.has("prompt")) {
+    if (!tokenizer) fail("ctrl generate: this model was trained without a tokenizer, so --prompt cannot be encoded");
+    for (int32_t t : tokenizer->encode(args.get("prompt"))) history.push_back(t);
+  }
+  auto ops = make_cpu_ops();
+  Model model(ckpt.config().model, *ops, 0);
+  ckpt.load_parameters(model);
+  Generator gen(model);
+  const int64_t n_ctx = ckpt.config().model.n_ctx;
+  if (int64_t(history.size()) >= n_ctx) fail("ctrl generate: the prompt fills the model's whole context");
+  const int32_t eos = tokenizer ? tokenizer->eos_id() : -1;
+
+  std::vector<float> logits;
+  for (int32_t t : history) logits = gen.feed(t);
+  const size_t first_new = history.size();
+  std::string shown = print_ids ? "" : tokenizer->decode(std::vector<int32_t>(history.begin() + 1, history.end()));
+  std::printf("%s", shown.c_str());
+  for (int64_t i = 0; i < max_tokens; ++i) {
+    const int32_t next = sample_next(logits, history, o, rng);
+    if (next == eos) break;
+    history.push_back(next);
+    if (print_ids) {
+      std::printf("%s%d", i ? " " : "", next);
+    } else {
+      // Decode the whole text and print what is new: pieces that split a UTF-8 character print once whole.
+      const std::string text = tokenizer->decode(std::vector<int32_t>(history.begin() + 1, history.end()));
+      if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0) {
+        std::printf("%s", text.c_str() + shown.size());
+        shown = text;
+      }
+    }
+    std::fflush(stdout);
+    if (gen.position() >= n_ctx) {
+      std::fprintf(stderr, "\n(stopped: the model's context of %lld tokens is full)", static_cast<long long>(n_ctx));
+      break;
+    }
+    logits = gen.feed(next);
+  }
+  std::printf("\n");
+  std::fprintf(stderr, "(%zu tokens generated under %s)\n", history.size() - first_new, control.c_str());
+  return 0;
+}
+
+CommandRegistration registration({"generate", "generate text under a control code (KV cache, penalized sampling)",
+                                  run});
+
+}  // namespace
+}  // namespace ctrl::cli

@@ -1,0 +1,48 @@
+// ctrl train: train a model from a preset or TOML config into a run directory.
+#include <cstdio>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "core/sysinfo.h"
+#include "train/trainer.h"
+
+namespace ctrl::cli {
+namespace {
+
+const char* kUsage =
+    "usage: ctrl train --config FILE|PRESET --out RUN_DIR [--data DIR] [--set section.key=value]... [--resume]\n\n"
+    "Trains a CTRL model. PRESET is tiny, small, base or ctrl; a TOML file has [model] and [train] tables\n"
+    "(and may start with preset = \"small\"). --data DIR is a corpus from `ctrl prepare` (same as\n"
+    "--set train.data=DIR); without it the model trains on synthetic random tokens.\n"
+    "RUN_DIR receives config.json, metrics.jsonl (one JSON line per logged step), loss.svg and\n"
+    "checkpoints/step-N.ckpt (the last train.keep_checkpoints are kept). --resume continues from the\n"
+    "newest checkpoint and reproduces the uninterrupted run's losses exactly (same thread count).\n";
+
+int run(const std::vector<std::string>& argv) {
+  Args args("train", kUsage);
+  args.flag("config");
+  args.flag("out");
+  args.flag("data");
+  args.repeated("set");
+  args.boolean("resume");
+  args.boolean("quiet");
+  if (!args.parse(argv)) return 0;
+  Config config = load_config(args.require("config"));
+  if (args.has("data")) config.train.data = args.get("data");
+  for (const auto& s : args.all("set")) apply_override(config, s);
+  validate(config);
+  TrainerOptions options;
+  options.run_dir = args.require("out");
+  options.resume = args.has("resume");
+  options.quiet = args.has("quiet");
+  Trainer trainer(config, options);
+  trainer.run();
+  std::fprintf(stderr, "done: %s (peak memory %.0f MiB); loss curve in %s/loss.svg\n", options.run_dir.c_str(),
+               double(peak_rss_bytes()) / (1 << 20), options.run_dir.c_str());
+  return 0;
+}
+
+CommandRegistration registration({"train", "train a model (presets tiny, small, base, ctrl, or a TOML config)", run});
+
+}  // namespace
+}  // namespace ctrl::cli

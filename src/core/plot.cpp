@@ -1,0 +1,85 @@
+#include "core/plot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "core/file_io.h"
+
+namespace ctrl {
+
+static std::string escape(const std::string& s) {
+  std::string r;
+  for (char c : s) {
+    if (c == '<') r += "&lt;";
+    else if (c == '>') r += "&gt;";
+    else if (c == '&') r += "&amp;";
+    else r += c;
+  }
+  return r;
+}
+
+static std::string num(double v) {
+  char buf[32];
+  if (v != 0 && (std::abs(v) >= 1e5 || std::abs(v) < 1e-2)) std::snprintf(buf, sizeof buf, "%.2g", v);
+  else std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+void write_line_chart(const std::string& path, const std::string& title, const std::string& x_label,
+                      const std::string& y_label, const std::vector<Series>& series, bool log_y) {
+  const double W = 800, H = 480, left = 80, right = 180, top = 40, bottom = 60;
+  double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
+  auto ty = [&](double y) { return log_y ? std::log10(std::max(y, 1e-300)) : y; };
+  for (const auto& s : series)
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!std::isfinite(s.y[i])) continue;
+      x0 = std::min(x0, s.x[i]), x1 = std::max(x1, s.x[i]);
+      y0 = std::min(y0, ty(s.y[i])), y1 = std::max(y1, ty(s.y[i]));
+    }
+  if (x0 > x1) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  if (x1 == x0) x1 = x0 + 1;
+  if (y1 == y0) y1 = y0 + 1;
+  const double pad = (y1 - y0) * 0.05;
+  y0 -= pad, y1 += pad;
+  auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (W - left - right); };
+  auto py = [&](double y) { return top + (1 - (ty(y) - y0) / (y1 - y0)) * (H - top - bottom); };
+  static const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf"};
+  std::ostringstream o;
+  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+    << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n";
+  o << "<text x='" << W / 2 << "' y='22' text-anchor='middle' font-size='15'>" << escape(title) << "</text>\n";
+  o << "<rect x='" << left << "' y='" << top << "' width='" << W - left - right << "' height='" << H - top - bottom
+    << "' fill='none' stroke='#444'/>\n";
+  for (int i = 0; i <= 5; ++i) {
+    const double fx = x0 + (x1 - x0) * i / 5, fy = y0 + (y1 - y0) * i / 5;
+    const double yv = log_y ? std::pow(10.0, fy) : fy;
+    o << "<line x1='" << px(fx) << "' y1='" << top << "' x2='" << px(fx) << "' y2='" << H - bottom
+      << "' stroke='#eee'/>\n<text x='" << px(fx) << "' y='" << H - bottom + 16 << "' text-anchor='middle'>"
+      << num(fx) << "</text>\n";
+    o << "<line x1='" << left << "' y1='" << py(yv) << "' x2='" << W - right << "' y2='" << py(yv)
+      << "' stroke='#eee'/>\n<text x='" << left - 6 << "' y='" << py(yv) + 4 << "' text-anchor='end'>" << num(yv)
+      << "</text>\n";
+  }
+  o << "<text x='" << (left + W - right) / 2 << "' y='" << H - 18 << "' text-anchor='middle'>" << escape(x_label)
+    << "</text>\n<text transform='translate(18," << (top + H - bottom) / 2
+    << ") rotate(-90)' text-anchor='middle'>" << escape(y_label) << "</text>\n";
+  for (size_t k = 0; k < series.size(); ++k) {
+    const auto& s = series[k];
+    const char* color = colors[k % 7];
+    o << "<polyline fill='none' stroke='" << color << "' stroke-width='1.8' points='";
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
+      if (std::isfinite(s.y[i])) o << px(s.x[i]) << "," << py(s.y[i]) << " ";
+    o << "'/>\n";
+    if (s.x.size() == 1) o << "<circle cx='" << px(s.x[0]) << "' cy='" << py(s.y[0]) << "' r='3' fill='" << color << "'/>\n";
+    const double ly = top + 10 + 18 * double(k);
+    o << "<line x1='" << W - right + 12 << "' y1='" << ly << "' x2='" << W - right + 32 << "' y2='" << ly
+      << "' stroke='" << color << "' stroke-width='3'/><text x='" << W - right + 38 << "' y='" << ly + 4 << "'>"
+      << escape(s.name) << "</text>\n";
+  }
+  o << "</svg>\n";
+  write_file_atomically(path, o.str());
+}
+
+}  // namespace ctrl

@@ -1,0 +1,88 @@
+#include "train/batches.h"
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace ctrl {
+
+namespace {
+constexpr uint64_t kSamplingStream = 0x5A4D504C45ull;  // distinguishes sampling from other uses of the seed
+}
+
+Batches Batches::from_dataset(std::shared_ptr<const Dataset> data, int64_t T, uint64_t seed) {
+  Batches b;
+  b.T_ = T;
+  b.seed_ = seed;
+  uint64_t total = 0;
+  for (size_t c = 0; c < data->n_codes(); ++c) {
+    b.names_.push_back(data->code(c).name);
+    b.code_tokens_.push_back(data->code(c).token_id);
+    // A window needs T-1 text tokens plus one more target.
+    if (data->train(c).size() >= uint64_t(T)) {
+      b.usable_.push_back(c);
+      total += data->train(c).size() - uint64_t(T) + 1;
+      b.cumulative_.push_back(total);
+    }
+  }
+  if (b.usable_.empty())
+    fail(data->dir() + ": no control code has the " + std::to_string(T) +
+         " training tokens one sequence needs; prepare more text or lower model.n_ctx");
+  b.data_ = std::move(data);
+  return b;
+}
+
+Batches Batches::synthetic(int64_t vocab_size, int64_t T, uint64_t seed) {
+  Batches b;
+  b.T_ = T;
+  b.seed_ = seed;
+  b.synthetic_vocab_ = vocab_size;
+  b.names_ = {"Synthetic"};
+  b.code_tokens_ = {0};
+  b.usable_ = {0};
+  b.cumulative_ = {1};
+  return b;
+}
+
+void Batches::fill(size_t code, const TokenStream* stream, uint64_t offset, int32_t* tokens, int32_t* targets) const {
+  // targets = text[offset .. offset+T), tokens = [code, text[offset .. offset+T-1)).
+  stream->copy(offset, uint64_t(T_), targets);
+  tokens[0] = code_tokens_[code];
+  for (int64_t t = 1; t < T_; ++t) tokens[t] = targets[t - 1];
+}
+
+void Batches::train(int64_t first, int64_t n, int32_t* tokens, int32_t* targets) const {
+  for (int64_t i = 0; i < n; ++i) {
+    CounterRng rng{seed_, kSamplingStream, uint64_t(first + i) << 8};
+    int32_t* tok = tokens + i * T_;
+    int32_t* tgt = targets + i * T_;
+    if (synthetic_vocab_) {
+      for (int64_t t = 0; t < T_; ++t) tgt[t] = int32_t(rng.below(uint64_t(synthetic_vocab_)));
+      tok[0] = 0;
+      for (int64_t t = 1; t < T_; ++t) tok[t] = tgt[t - 1];
+      continue;
+    }
+    const uint64_t pick = rng.below(cumulative_.back());
+    size_t u = 0;
+    while (cumulative_[u] <= pick) ++u;
+    const uint64_t offset = pick - (u ? cumulative_[u - 1] : 0);
+    fill(usable_[u], &data_->train(usable_[u]), offset, tok, tgt);
+  }
+}
+
+int64_t Batches::held_out(size_t c, int64_t max_sequences, std::vector<int32_t>* tokens,
+                          std::vector<int32_t>* targets) const {
+  tokens->clear();
+  targets->clear();
+  if (!data_) return 0;
+  const TokenStream& s = data_->valid(c);
+  if (s.size() < uint64_t(T_)) return 0;
+  const int64_t windows = std::min<int64_t>(max_sequences, int64_t(s.size() / uint64_t(T_)));
+  tokens->resize(size_t(windows * T_));
+  targets->resize(size_t(windows * T_));
+  const uint64_t stride = s.size() / uint64_t(windows);
+  for (int64_t i = 0; i < windows; ++i)
+    fill(c, &s, uint64_t(i) * stride, tokens->data() + i * T_, targets->data() + i * T_);
+  return windows;
+}
+
+}  // namespace ctrl

@@ -1,0 +1,63 @@
+// Checkpoints: one safetensors file holding the parameters (under their
+// Hugging Face names), the optimizer state, and in its metadata the config,
+// step, data position, control codes and a CRC-32 of all tensor bytes; the
+// tokenizer model travels inside as bytes, so a checkpoint alone can generate.
+// Written atomically; the checksum, format and shapes are verified on load.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "train/optimizer.h"
+
+namespace ctrl {
+
+struct TrainState {
+  int64_t step = 0;            // optimizer steps done
+  int64_t next_sequence = 0;   // data position: index of the next training sequence
+  double elapsed_seconds = 0;  // training time so far, across resumes
+};
+
+struct CodeInfo {
+  std::string name;
+  int32_t token_id = 0;
+};
+
+struct CheckpointContents {
+  Config config;
+  TrainState state;
+  std::vector<CodeInfo> codes;
+  std::string tokenizer;  // serialized SentencePiece model; empty if none
+};
+
+// optimizer may be null (e.g. an imported or exported model).
+void save_checkpoint(const std::string& path, const CheckpointContents& contents, const Model& model,
+                     Optimizer* optimizer);
+
+class Checkpoint {
+ public:
+  // Opens and verifies the file (format, version, checksum, config).
+  explicit Checkpoint(const std::string& path);
+  const CheckpointContents& contents() const { return contents_; }
+  const Config& config() const { return contents_.config; }
+  bool has_optimizer_state(const std::string& optimizer) const;
+  // Copies parameters into the model; every tensor's shape must match.
+  void load_parameters(Model& model) const;
+  void load_optimizer(Optimizer& optimizer) const;
+
+ private:
+  std::unique_ptr<SafetensorsReader> file_;
+  CheckpointContents contents_;
+};
+
+// Checkpoint files in a run directory's checkpoints/, oldest first.
+std::vector<std::string> list_checkpoints(const std::string& run_dir);
+// Removes all but the newest `keep`.
+void prune_checkpoints(const std::string& run_dir, int64_t keep);
+std::string checkpoint_path(const std::string& run_dir, int64_t step);
+
+}  // namespace ctrl

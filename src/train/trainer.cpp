@@ -1,0 +1,265 @@
+#include "train/trainer.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/plot.h"
+#include "core/progress.h"
+#include "core/rng.h"
+#include "core/sysinfo.h"
+
+namespace ctrl {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kDropoutStream = 0xD50F;
+
+bool same_model(const ModelConfig& a, const ModelConfig& b) {
+  Config x, y;
+  x.model = a, y.model = b;
+  return config_to_json(x) == config_to_json(y);
+}
+
+// Keeps the metrics lines of steps up to `step` (after a resume, later lines
+// belong to the interrupted run and are redone).
+void truncate_metrics(const std::string& path, int64_t step) {
+  if (!file_exists(path)) return;
+  std::ifstream in(path);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    try {
+      if (nlohmann::json::parse(line).at("step").get<int64_t>() <= step) kept += line + "\n";
+    } catch (...) {
+      // a line cut off by a crash: dropped
+    }
+  }
+  write_file_atomically(path, kept);
+}
+
+void draw_loss_curve(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::string line;
+  Series train{"train", {}, {}};
+  std::map<std::string, Series> held_out;
+  while (std::getline(in, line)) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (...) {
+      continue;
+    }
+    const double step = j.value("step", 0.0);
+    if (j.contains("loss")) train.x.push_back(step), train.y.push_back(j["loss"].get<double>());
+    if (j.contains("eval"))
+      for (auto it = j["eval"].begin(); it != j["eval"].end(); ++it) {
+        Series& s = held_out[it.key()];
+        s.name = "held-out " + it.key();
+        s.x.push_back(step);
+        s.y.push_back(it.value().at("loss").get<double>());
+      }
+  }
+  std::vector<Series> all = {train};
+  for (auto& [k, s] : held_out) all.push_back(s);
+  if (!train.x.empty()) write_line_chart(run_dir + "/loss.svg", "Training loss", "step", "loss (nats/token)", all);
+}
+
+}  // namespace
+
+double CodeLoss::perplexity() const { return std::exp(loss); }
+
+std::vector<CodeLoss> evaluate_held_out(Model& model, const Batches& batches, int64_t batch, int64_t max_sequences) {
+  std::vector<CodeLoss> out;
+  std::vector<int32_t> tokens, targets;
+  const int64_t T = batches.context();
+  for (size_t c = 0; c < batches.n_codes(); ++c) {
+    const int64_t n = batches.held_out(c, max_sequences, &tokens, &targets);
+    if (n == 0) continue;
+    LossSum total;
+    for (int64_t i = 0; i < n; i += batch) {
+      const int64_t b = std::min(batch, n - i);
+      const LossSum l = model.evaluate(tokens.data() + i * T, targets.data() + i * T, b, T);
+      total.sum += l.sum;
+      total.count += l.count;
+    }
+    out.push_back({batches.code_name(c), total.mean(), total.count});
+  }
+  return out;
+}
+
+Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(config), options_(options) {
+  validate(config_);
+  if (config_.train.threads > 0) omp_set_num_threads(int(config_.train.threads));
+  const std::string& run = options_.run_dir;
+  make_directories(run + "/checkpoints");
+
+  TrainState resumed;
+  std::unique_ptr<Checkpoint> checkpoint;
+  const auto existing = list_checkpoints(run);
+  if (options_.resume) {
+    // The newest checkpoint that verifies; a damaged newest one falls back to the previous.
+    for (auto it = existing.rbegin(); it != existing.rend() && !checkpoint; ++it) {
+      try {
+        checkpoint = std::make_unique<Checkpoint>(*it);
+      } catch (const Error& e) {
+        std::fprintf(stderr, "warning: skipping %s\n", e.what());
+      }
+    }
+    if (!checkpoint) fail(run + ": --resume given but no readable checkpoint in " + run + "/checkpoints");
+    if (!same_model(checkpoint->config().model, config_.model))
+      fail(checkpoint->contents().config.preset + ": the checkpoint's model config differs from --config; resume "
+           "with the same model settings");
+    resumed = checkpoint->contents().state;
+  } else if (!existing.empty()) {
+    fail(run + ": already holds checkpoints; pass --resume to continue it or choose another --out");
+  }
+
+  if (!config_.train.data.empty()) {
+    dataset_ = std::make_shared<Dataset>(Dataset::open(config_.train.data));
+    if (dataset_->manifest().vocab_size > uint32_t(config_.model.vocab_size))
+      fail(config_.train.data + ": corpus vocabulary " + std::to_string(dataset_->manifest().vocab_size) +
+           " is larger than model.vocab_size " + std::to_string(config_.model.vocab_size) +
+           " (set --set model.vocab_size=" + std::to_string(dataset_->manifest().vocab_size) + ")");
+    batches_ = std::make_unique<Batches>(Batches::from_dataset(dataset_, config_.model.n_ctx, config_.train.seed));
+    if (!dataset_->tokenizer_path().empty()) contents_.tokenizer = read_file(dataset_->tokenizer_path());
+  } else {
+    batches_ = std::make_unique<Batches>(
+        Batches::synthetic(config_.model.vocab_size, config_.model.n_ctx, config_.train.seed));
+  }
+  for (size_t c = 0; c < batches_->n_codes(); ++c)
+    contents_.codes.push_back({batches_->code_name(c), batches_->code_token(c)});
+  contents_.config = config_;
+
+  ops_ = make_cpu_ops();
+  model_ = std::make_unique<Model>(config_.model, *ops_, config_.train.micro_batch);
+  optimizer_ = std::make_unique<Optimizer>(config_.train, model_->layout(), *ops_);
+  if (checkpoint) {
+    checkpoint->load_parameters(*model_);
+    if (checkpoint->has_optimizer_state(config_.train.optimizer)) checkpoint->load_optimizer(*optimizer_);
+    else std::fprintf(stderr, "note: checkpoint has no %s state; the optimizer starts fresh\n",
+                      config_.train.optimizer.c_str());
+    state_ = resumed;
+    truncate_metrics(run + "/metrics.jsonl", state_.step);
+  } else {
+    model_->init_weights();
+    write_file_atomically(run + "/config.json", nlohmann::json::parse(config_to_json(config_)).dump(2) + "\n");
+  }
+  const size_t seq = size_t(config_.train.micro_batch * config_.model.n_ctx);
+  tokens_.resize(seq);
+  targets_.resize(seq);
+  metrics_ = std::fopen((run + "/metrics.jsonl").c_str(), "a");
+  if (!metrics_) fail(run + "/metrics.jsonl: cannot open for writing");
+}
+
+Trainer::~Trainer() {
+  if (metrics_) std::fclose(metrics_);
+}
+
+void Trainer::train_step() {
+  const auto& t = config_.train;
+  const int64_t T = config_.model.n_ctx;
+  const int64_t micro_steps = t.global_batch / t.micro_batch;
+  // Every target of a training sequence counts, so the mean over the global batch is Σ / (global_batch · T).
+  const float grad_scale = 1.0f / float(t.global_batch * T);
+  const auto start = Clock::now();
+  model_->zero_grads();
+  double loss_sum = 0;
+  for (int64_t m = 0; m < micro_steps; ++m) {
+    batches_->train(state_.next_sequence, t.micro_batch, tokens_.data(), targets_.data());
+    const uint64_t dropout_seed = random_bits(t.seed, kDropoutStream, uint64_t(state_.next_sequence));
+    loss_sum += model_->forward_backward(tokens_.data(), targets_.data(), t.micro_batch, T, grad_scale, dropout_seed).sum;
+    state_.next_sequence += t.micro_batch;
+  }
+  const double loss = loss_sum / double(t.global_batch * T);
+  const double norm = optimizer_->clip(model_->grads, t.clip_norm);
+  const double lr = learning_rate(t, state_.step);
+  optimizer_->step(model_->params, model_->grads, lr);
+  ++state_.step;
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  state_.elapsed_seconds += seconds;
+  step_losses_.push_back(loss);
+  if (!std::isfinite(loss)) fail("training diverged at step " + std::to_string(state_.step) + ": loss is " +
+                                 std::to_string(loss) + " (lower train.lr or raise train.warmup_steps)");
+  log_step(loss, lr, norm, seconds);
+}
+
+void Trainer::log_step(double loss, double lr, double norm, double seconds) {
+  const auto& t = config_.train;
+  window_seconds_ += seconds;
+  window_tokens_ += double(t.global_batch * config_.model.n_ctx);
+  ++window_steps_;
+  if (state_.step % t.log_every != 0 && state_.step != t.steps) return;
+  const double tps = window_tokens_ / window_seconds_, its = double(window_steps_) / window_seconds_;
+  nlohmann::ordered_json j;
+  j["step"] = state_.step;
+  j["loss"] = loss;
+  j["lr"] = lr;
+  j["grad_norm"] = norm;
+  j["tokens_per_s"] = tps;
+  j["it_per_s"] = its;
+  j["elapsed_s"] = state_.elapsed_seconds;
+  j["rss_bytes"] = current_rss_bytes();
+  std::fprintf(metrics_, "%s\n", j.dump().c_str());
+  std::fflush(metrics_);
+  if (!options_.quiet) {
+    const double eta = double(t.steps - state_.step) / its;
+    std::fprintf(stderr, "step %lld/%lld (%.1f%%) | loss %.4f | lr %.2e | norm %.3f | %s tok/s | %.2f it/s | ETA %s\n",
+                 static_cast<long long>(state_.step), static_cast<long long>(t.steps),
+                 100.0 * double(state_.step) / double(std::max<int64_t>(1, t.steps)), loss, lr, norm,
+                 Progress::format_count(tps).c_str(), its, Progress::format_duration(eta).c_str());
+  }
+  window_seconds_ = window_tokens_ = 0;
+  window_steps_ = 0;
+}
+
+void Trainer::evaluate() {
+  const auto results = evaluate_held_out(*model_, *batches_, config_.train.micro_batch,
+                                         config_.train.eval_batches * config_.train.micro_batch);
+  if (results.empty()) return;
+  nlohmann::ordered_json j;
+  j["step"] = state_.step;
+  std::string line = "eval step " + std::to_string(state_.step) + ":";
+  for (const auto& r : results) {
+    j["eval"][r.code] = {{"loss", r.loss}, {"perplexity", r.perplexity()}, {"tokens", r.tokens}};
+    char buf[128];
+    std::snprintf(buf, sizeof buf, " %s loss %.4f ppl %.1f |", r.code.c_str(), r.loss, r.perplexity());
+    line += buf;
+  }
+  std::fprintf(metrics_, "%s\n", j.dump().c_str());
+  std::fflush(metrics_);
+  if (!options_.quiet) std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+void Trainer::save() {
+  contents_.state = state_;
+  save_checkpoint(checkpoint_path(options_.run_dir, state_.step), contents_, *model_, optimizer_.get());
+  prune_checkpoints(options_.run_dir, config_.train.keep_checkpoints);
+}
+
+void Trainer::run() {
+  const auto& t = config_.train;
+  if (!options_.quiet)
+    std::fprintf(stderr, "training %s: %.2fM parameters, %lld steps of %lld sequences x %lld tokens, %d threads\n",
+                 config_.preset.c_str(), double(model_->layout().count()) / 1e6, static_cast<long long>(t.steps),
+                 static_cast<long long>(t.global_batch), static_cast<long long>(config_.model.n_ctx),
+                 omp_get_max_threads());
+  while (state_.step < t.steps) {
+    train_step();
+    if (t.eval_every > 0 && state_.step % t.eval_every == 0) evaluate();
+    if (t.checkpoint_every > 0 && state_.step % t.checkpoint_every == 0) save();
+  }
+  const auto existing = list_checkpoints(options_.run_dir);
+  if (existing.empty() || existing.back() != checkpoint_path(options_.run_dir, state_.step)) save();
+  if (t.eval_every > 0 && state_.step % t.eval_every != 0) evaluate();
+  draw_loss_curve(options_.run_dir);
+}
+
+}  // namespace ctrl

@@ -1,0 +1,67 @@
+// The training loop: micro-batches with gradient accumulation up to the
+// global batch, global-norm clipping, the optimizer and its schedule,
+// held-out evaluation per control code, checkpoints that resume bit for bit,
+// and metrics (one JSON line per logged step plus a drawn loss curve).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/model.h"
+#include "train/batches.h"
+#include "train/checkpoint.h"
+
+namespace ctrl {
+
+struct CodeLoss {
+  std::string code;
+  double loss = 0;     // mean nats per token
+  int64_t tokens = 0;
+  double perplexity() const;
+};
+
+// Loss and perplexity per control code over each code's held-out windows
+// (at most max_sequences per code), in micro-batches of `batch` sequences.
+std::vector<CodeLoss> evaluate_held_out(Model& model, const Batches& batches, int64_t batch, int64_t max_sequences);
+
+struct TrainerOptions {
+  std::string run_dir;
+  bool resume = false;
+  bool quiet = false;  // no terminal progress (tests)
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& config, const TrainerOptions& options);
+  ~Trainer();
+  // Trains until config.train.steps optimizer steps are done.
+  void run();
+  // Mean training loss of every step this object ran, in order.
+  const std::vector<double>& step_losses() const { return step_losses_; }
+  Model& model() { return *model_; }
+  const TrainState& state() const { return state_; }
+
+ private:
+  void train_step();
+  void evaluate();
+  void save();
+  void log_step(double loss, double lr, double norm, double step_seconds);
+
+  Config config_;
+  TrainerOptions options_;
+  std::unique_ptr<Ops> ops_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::shared_ptr<const Dataset> dataset_;
+  std::unique_ptr<Batches> batches_;
+  CheckpointContents contents_;
+  TrainState state_;
+  std::vector<int32_t> tokens_, targets_;
+  std::vector<double> step_losses_;
+  std::FILE* metrics_ = nullptr;
+  double window_seconds_ = 0, window_tokens_ = 0;
+  int64_t window_steps_ = 0;
+};
+
+}  // namespace ctrl

@@ -1,0 +1,134 @@
+// The training loop: resume reproduces the uninterrupted run bit for bit,
+// checkpoints verify their checksum, batches follow CTRL's layout.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "train/trainer.h"
+
+using namespace ctrl;
+
+namespace {
+
+std::string fresh_dir(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() / ("ctrl_trainer_" + name + "_" + std::to_string(getpid()));
+  std::filesystem::remove_all(p);
+  return p.string();
+}
+
+Config small_config(int64_t steps) {
+  Config c = load_config("tiny");
+  for (const char* s : {"model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "model.n_head=2",
+                        "model.d_ff=64", "model.n_ctx=16", "train.micro_batch=2", "train.global_batch=4",
+                        "train.eval_every=0", "train.checkpoint_every=3", "train.warmup_steps=2",
+                        "train.lr=0.01", "train.log_every=1"})
+    apply_override(c, s);
+  c.train.steps = steps;
+  return c;
+}
+
+TEST(Trainer, ResumeReproducesTheUninterruptedRunBitForBit) {
+  for (const char* optimizer : {"adamw", "adagrad"}) {
+    Config c = small_config(7);
+    c.train.optimizer = optimizer;
+    TrainerOptions whole{fresh_dir(std::string("whole_") + optimizer), false, true};
+    Trainer full(c, whole);
+    full.run();
+
+    TrainerOptions parts{fresh_dir(std::string("parts_") + optimizer), false, true};
+    Config first = c;
+    first.train.steps = 3;
+    {
+      Trainer t(first, parts);
+      t.run();
+    }
+    parts.resume = true;
+    Trainer rest(c, parts);
+    EXPECT_EQ(rest.state().step, 3);
+    rest.run();
+    ASSERT_EQ(rest.step_losses().size(), 4u);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(rest.step_losses()[i], full.step_losses()[3 + i]) << optimizer << " " << i;
+    for (size_t i = 0; i < full.model().params.size(); ++i)
+      ASSERT_EQ(rest.model().params[i], full.model().params[i]) << optimizer << " parameter element " << i;
+  }
+}
+
+TEST(Trainer, KeepsTheLastCheckpointsAndRefusesToOverwriteARun) {
+  Config c = small_config(9);
+  c.train.keep_checkpoints = 2;
+  TrainerOptions o{fresh_dir("keep"), false, true};
+  Trainer(c, o).run();
+  const auto kept = list_checkpoints(o.run_dir);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept.back(), checkpoint_path(o.run_dir, 9));
+  EXPECT_TRUE(file_exists(o.run_dir + "/metrics.jsonl"));
+  EXPECT_TRUE(file_exists(o.run_dir + "/loss.svg"));
+  EXPECT_THROW(Trainer(c, o), Error);  // no --resume: the existing run is not overwritten
+}
+
+TEST(Trainer, CorruptCheckpointIsRejectedAndResumeFallsBack) {
+  Config c = small_config(6);
+  TrainerOptions o{fresh_dir("corrupt"), false, true};
+  Trainer(c, o).run();
+  const std::string newest = checkpoint_path(o.run_dir, 6);
+  std::string bytes = read_file(newest);
+  bytes[bytes.size() - 3] ^= 0x40;
+  write_file_atomically(newest, bytes);
+  try {
+    Checkpoint bad(newest);
+    FAIL() << "corrupt checkpoint accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
+  }
+  o.resume = true;
+  Trainer resumed(c, o);  // falls back to step 3
+  EXPECT_EQ(resumed.state().step, 3);
+  // A different model shape cannot resume this run.
+  Config other = c;
+  other.model.d_model = 48;
+  other.model.n_head = 3;
+  EXPECT_THROW(Trainer(other, o), Error);
+}
+
+TEST(Batches, SequencesStartWithTheControlCodeAndTargetsShiftByOne) {
+  const std::string dir = fresh_dir("batches");
+  make_directories(dir);
+  std::vector<uint32_t> a, b;
+  for (uint32_t i = 0; i < 40; ++i) a.push_back(10 + i);   // code A's text: 10, 11, 12, ...
+  for (uint32_t i = 0; i < 40; ++i) b.push_back(100 + i);  // code B's text: 100, 101, ...
+  write_shard(dir + "/train-A.tok", a, 1, 200);
+  write_shard(dir + "/train-B.tok", b, 1, 200);
+  write_shard(dir + "/valid-A.tok", a, 1, 200);
+  Manifest m;
+  m.vocab_size = 200;
+  m.eos_id = 2;
+  m.codes = {{"A", 3, 1, 1, {"train-A.tok"}, {"valid-A.tok"}}, {"B", 4, 1, 0, {"train-B.tok"}, {}}};
+  m.write(dir);
+  auto data = std::make_shared<Dataset>(Dataset::open(dir));
+  Batches batches = Batches::from_dataset(data, 8, 7);
+  std::vector<int32_t> tokens(8 * 64), targets(8 * 64);
+  batches.train(0, 64, tokens.data(), targets.data());
+  int seen_a = 0, seen_b = 0;
+  for (int s = 0; s < 64; ++s) {
+    const int32_t* tok = tokens.data() + s * 8;
+    const int32_t* tgt = targets.data() + s * 8;
+    ASSERT_TRUE(tok[0] == 3 || tok[0] == 4);
+    (tok[0] == 3 ? seen_a : seen_b)++;
+    for (int t = 1; t < 8; ++t) EXPECT_EQ(tok[t], tgt[t - 1]);
+    for (int t = 1; t < 8; ++t) EXPECT_EQ(tgt[t], tgt[t - 1] + 1);  // a contiguous window of the stream
+    EXPECT_EQ(tgt[0] >= 100, tok[0] == 4);                             // of the right code
+  }
+  EXPECT_GT(seen_a, 10);
+  EXPECT_GT(seen_b, 10);
+  // The same sequence index gives the same sequence, whatever batch it is drawn in.
+  std::vector<int32_t> again(8), again_t(8);
+  batches.train(17, 1, again.data(), again_t.data());
+  EXPECT_TRUE(std::equal(again.begin(), again.end(), tokens.begin() + 17 * 8));
+  std::vector<int32_t> ht, hg;
+  EXPECT_EQ(batches.held_out(0, 100, &ht, &hg), 5);  // 40 tokens / 8
+  EXPECT_EQ(batches.held_out(1, 100, &ht, &hg), 0);  // B has no held-out text
+}
+
+}  // namespace
