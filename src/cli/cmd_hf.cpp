@@ -1,0 +1,61 @@
+// ctrl export hf / ctrl import hf: Hugging Face CTRLLMHeadModel directories.
+#include <cstdio>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "core/error.h"
+#include "io/hf.h"
+
+namespace ctrl::cli {
+namespace {
+
+const char* kExportUsage =
+    "usage: ctrl export hf --model CKPT --out DIR\n\n"
+    "Writes DIR/config.json and DIR/model.safetensors, loadable with transformers'\n"
+    "CTRLLMHeadModel.from_pretrained(DIR). The control codes go into config.json as \"control_codes\".\n";
+const char* kImportUsage =
+    "usage: ctrl import hf --in DIR --out CKPT [--control NAME=ID]... [--tokenizer FILE.model]\n\n"
+    "Reads a CTRLLMHeadModel directory (config.json + model.safetensors, e.g. written by transformers'\n"
+    "save_pretrained or by ctrl export hf) into a ctrl checkpoint, with no optimizer state.\n";
+
+int export_cmd(const std::vector<std::string>& argv) {
+  if (argv.empty() || argv[0] != "hf") fail("ctrl export: expected a format: ctrl export hf --model CKPT --out DIR");
+  Args args("export hf", kExportUsage);
+  args.flag("model");
+  args.flag("out");
+  if (!args.parse({argv.begin() + 1, argv.end()})) return 0;
+  export_hf(args.require("model"), args.require("out"));
+  std::fprintf(stderr, "wrote %s/config.json and %s/model.safetensors\n", args.get("out").c_str(),
+               args.get("out").c_str());
+  return 0;
+}
+
+int import_cmd(const std::vector<std::string>& argv) {
+  if (argv.empty() || argv[0] != "hf") fail("ctrl import: expected a format: ctrl import hf --in DIR --out CKPT");
+  Args args("import hf", kImportUsage);
+  args.flag("in");
+  args.flag("out");
+  args.flag("tokenizer");
+  args.repeated("control");
+  if (!args.parse({argv.begin() + 1, argv.end()})) return 0;
+  std::vector<CodeInfo> codes;
+  for (const auto& spec : args.all("control")) {
+    const auto eq = spec.find('=');
+    char* end = nullptr;
+    const long id = eq == std::string::npos ? -1 : std::strtol(spec.c_str() + eq + 1, &end, 10);
+    if (eq == std::string::npos || eq == 0 || *end || id < 0)
+      fail("ctrl import hf: --control " + spec + ": expected NAME=TOKEN_ID");
+    codes.push_back({spec.substr(0, eq), int32_t(id)});
+  }
+  import_hf(args.require("in"), args.require("out"), codes, args.get("tokenizer"));
+  std::fprintf(stderr, "wrote %s\n", args.get("out").c_str());
+  return 0;
+}
+
+CommandRegistration export_registration({"export", "export a checkpoint (ctrl export hf: Hugging Face format)",
+                                         export_cmd});
+CommandRegistration import_registration({"import", "import a model (ctrl import hf: Hugging Face format)",
+                                         import_cmd});
+
+}  // namespace
+}  // namespace ctrl::cli

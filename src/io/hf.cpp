@@ -1,0 +1,104 @@
+#include "io/hf.h"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "ops/ops.h"
+
+namespace ctrl {
+
+void export_hf(const std::string& checkpoint_path, const std::string& dir) {
+  Checkpoint ckpt(checkpoint_path);
+  const ModelConfig& m = ckpt.config().model;
+  auto ops = make_cpu_ops();
+  Model model(m, *ops, 0);
+  ckpt.load_parameters(model);
+  make_directories(dir);
+  nlohmann::ordered_json config = {
+      {"architectures", {"CTRLLMHeadModel"}},
+      {"model_type", "ctrl"},
+      {"vocab_size", m.vocab_size},
+      {"n_positions", m.n_ctx},
+      {"n_embd", m.d_model},
+      {"dff", m.d_ff},
+      {"n_layer", m.n_layer},
+      {"n_head", m.n_head},
+      {"layer_norm_epsilon", m.layer_norm_eps},
+      {"resid_pdrop", m.resid_pdrop},
+      {"embd_pdrop", m.embd_pdrop},
+      {"attn_pdrop", 0.0},
+      {"initializer_range", m.init_range},
+      {"tie_word_embeddings", true},
+      {"use_cache", true},
+      {"torch_dtype", "float32"},
+  };
+  if (!ckpt.contents().codes.empty()) {
+    nlohmann::ordered_json codes;
+    for (const auto& c : ckpt.contents().codes) codes[c.name] = c.token_id;
+    config["control_codes"] = codes;  // extra keys are kept by transformers' PretrainedConfig
+  }
+  SafetensorsWriter w;
+  for (const auto& t : model.layout().tensors) w.add(t.name, DType::F32, t.shape, model.params.data() + t.offset);
+  w.set_metadata("format", "pt");
+  w.write(dir + "/model.safetensors");
+  write_file_atomically(dir + "/config.json", config.dump(2) + "\n");
+}
+
+void import_hf(const std::string& dir, const std::string& checkpoint_path, const std::vector<CodeInfo>& codes,
+               const std::string& tokenizer_path) {
+  const std::string config_path = dir + "/config.json";
+  nlohmann::json hf;
+  try {
+    hf = nlohmann::json::parse(read_file(config_path));
+  } catch (const nlohmann::json::exception& e) {
+    fail(config_path + ": not valid JSON: " + e.what());
+  }
+  if (hf.value("model_type", "") != "ctrl")
+    fail(config_path + ": model_type is '" + hf.value("model_type", "") + "', expected 'ctrl'");
+  Config c;
+  c.preset = dir;
+  try {
+    c.model.vocab_size = hf.at("vocab_size");
+    c.model.n_ctx = hf.at("n_positions");
+    c.model.d_model = hf.at("n_embd");
+    c.model.d_ff = hf.at("dff");
+    c.model.n_layer = hf.at("n_layer");
+    c.model.n_head = hf.at("n_head");
+    c.model.layer_norm_eps = hf.value("layer_norm_epsilon", 1e-6);
+    c.model.resid_pdrop = hf.value("resid_pdrop", 0.1);
+    c.model.embd_pdrop = hf.value("embd_pdrop", 0.1);
+    c.model.init_range = hf.value("initializer_range", 0.02);
+  } catch (const nlohmann::json::exception& e) {
+    fail(config_path + ": missing or malformed field: " + e.what());
+  }
+  if (!hf.value("tie_word_embeddings", true))
+    fail(config_path + ": tie_word_embeddings is false; ctrl's CTRL ties the output to the input embedding");
+  validate(c);
+  const std::string weights = dir + "/model.safetensors";
+  if (!file_exists(weights))
+    fail(weights + ": not found; ctrl reads safetensors weights (save with safe_serialization=True)");
+  SafetensorsReader file(weights);
+  auto ops = make_cpu_ops();
+  Model model(c.model, *ops, 0);
+  for (const auto& t : model.layout().tensors) {
+    const auto v = file.read_floats(t.name, t.shape);
+    std::memcpy(model.params.data() + t.offset, v.data(), v.size() * sizeof(float));
+  }
+  if (file.has("lm_head.weight")) {  // stored untied copy: must equal the embedding
+    const auto head = file.read_floats("lm_head.weight", model.layout().get("transformer.w.weight").shape);
+    if (std::memcmp(head.data(), model.param("transformer.w.weight"), head.size() * sizeof(float)) != 0)
+      fail(weights + ": lm_head.weight differs from transformer.w.weight; ctrl needs tied output weights");
+  }
+  CheckpointContents contents;
+  contents.config = c;
+  contents.codes = codes;
+  if (codes.empty() && hf.contains("control_codes") && hf["control_codes"].is_object())
+    for (auto it = hf["control_codes"].begin(); it != hf["control_codes"].end(); ++it)
+      contents.codes.push_back({it.key(), it.value().get<int32_t>()});
+  if (!tokenizer_path.empty()) contents.tokenizer = read_file(tokenizer_path);
+  save_checkpoint(checkpoint_path, contents, model, nullptr);
+}
+
+}  // namespace ctrl

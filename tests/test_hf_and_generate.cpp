@@ -1,0 +1,114 @@
+// Hugging Face interop (a directory transformers itself wrote, and round
+// trips) and generation (the KV-cache path equals the full forward pass;
+// CTRL's penalty as Hugging Face applies it).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "generate/generator.h"
+#include "io/hf.h"
+
+using namespace ctrl;
+
+namespace {
+
+const std::string kFixtures = std::string(CTRL_SOURCE_DIR) + "/tests/fixtures/";
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("ctrl_hf_" + name + "_" + std::to_string(getpid()))).string();
+}
+
+TEST(HuggingFace, ImportsADirectoryWrittenByTransformersAndReproducesItsLogits) {
+  const std::string ckpt_path = temp_path("import.ckpt");
+  import_hf(kFixtures + "hf_tiny", ckpt_path, {{"Wiki", 5}}, "");
+  Checkpoint ckpt(ckpt_path);
+  EXPECT_EQ(ckpt.contents().codes.size(), 1u);
+  auto ops = make_cpu_ops();
+  SafetensorsReader ref(kFixtures + "hf_tiny_logits.safetensors");
+  const auto& ids = ref.get("input_ids");
+  const int64_t B = ids.shape[0], T = ids.shape[1];
+  Model model(ckpt.config().model, *ops, B);
+  ckpt.load_parameters(model);
+  std::vector<int32_t> tokens;
+  for (int64_t v : ref.read_ints("input_ids")) tokens.push_back(int32_t(v));
+  std::vector<float> logits(size_t(B * T * ckpt.config().model.vocab_size));
+  model.logits(tokens.data(), B, T, logits.data());
+  const auto expected = ref.read_floats("logits");
+  double worst = 0;
+  for (size_t i = 0; i < expected.size(); ++i) worst = std::max(worst, double(std::abs(logits[i] - expected[i])));
+  EXPECT_LT(worst, 1e-4);
+}
+
+TEST(HuggingFace, ExportThenImportKeepsEveryParameterAndTheControlCodes) {
+  const std::string first = temp_path("a.ckpt"), dir = temp_path("export"), second = temp_path("b.ckpt");
+  import_hf(kFixtures + "hf_tiny", first, {{"Wiki", 5}, {"Books", 6}}, "");
+  export_hf(first, dir);
+  EXPECT_TRUE(file_exists(dir + "/config.json"));
+  import_hf(dir, second, {}, "");  // codes come back from config.json's control_codes
+  Checkpoint a(first), b(second);
+  ASSERT_EQ(b.contents().codes.size(), 2u);
+  auto ops = make_cpu_ops();
+  Model ma(a.config().model, *ops, 0), mb(b.config().model, *ops, 0);
+  a.load_parameters(ma);
+  b.load_parameters(mb);
+  for (size_t i = 0; i < ma.params.size(); ++i) ASSERT_EQ(ma.params[i], mb.params[i]);
+}
+
+TEST(HuggingFace, RejectsWhatItCannotRead) {
+  const std::string dir = temp_path("bad");
+  make_directories(dir);
+  write_file_atomically(dir + "/config.json", R"({"model_type": "gpt2"})");
+  EXPECT_THROW(import_hf(dir, temp_path("x.ckpt"), {}, ""), Error);
+  write_file_atomically(dir + "/config.json", "{not json");
+  EXPECT_THROW(import_hf(dir, temp_path("x.ckpt"), {}, ""), Error);
+  std::filesystem::copy_file(kFixtures + "hf_tiny/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_THROW(import_hf(dir, temp_path("x.ckpt"), {}, ""), Error);  // no model.safetensors
+}
+
+TEST(Generator, KeyValueCachePathEqualsTheFullForwardPass) {
+  ModelConfig c;
+  c.vocab_size = 40, c.n_layer = 2, c.d_model = 24, c.n_head = 3, c.d_ff = 30, c.n_ctx = 12, c.seed = 3;
+  auto ops = make_cpu_ops();
+  Model model(c, *ops, 1);
+  model.init_weights();
+  for (size_t i = 0; i < model.params.size(); ++i) model.params[i] += 0.01f * float(int(i % 7) - 3);
+  std::vector<int32_t> tokens = {1, 5, 9, 2, 33, 7, 7, 0, 12, 39};
+  const int64_t T = int64_t(tokens.size());
+  std::vector<float> full(size_t(T * c.vocab_size));
+  model.logits(tokens.data(), 1, T, full.data());
+  Generator gen(model);
+  for (int64_t t = 0; t < T; ++t) {
+    const auto& step = gen.feed(tokens[size_t(t)]);
+    for (int64_t v = 0; v < c.vocab_size; ++v)
+      ASSERT_NEAR(step[size_t(v)], full[size_t(t * c.vocab_size + v)], 1e-4) << "position " << t << " token " << v;
+  }
+  for (int64_t t = T; t < c.n_ctx; ++t) gen.feed(1);
+  EXPECT_THROW(gen.feed(1), Error);  // the context is full
+}
+
+TEST(Generator, PenaltyDividesPositiveAndMultipliesNegativeLogitsOfSeenTokens) {
+  SamplingOptions greedy;  // temperature 0, penalty 1.2
+  CounterRng rng{1, 2, 0};
+  // Token 0 leads, but it was seen: 2.0/1.2 = 1.67 < 1.9, so token 1 wins.
+  EXPECT_EQ(sample_next({2.0f, 1.9f, -1.0f}, {0}, greedy, rng), 1);
+  // Negative logits of seen tokens are multiplied: -1.0*1.2 = -1.2 < -1.1.
+  EXPECT_EQ(sample_next({-1.0f, -1.1f, -5.0f}, {0}, greedy, rng), 1);
+  greedy.penalty = 1.0;
+  EXPECT_EQ(sample_next({2.0f, 1.9f, -1.0f}, {0}, greedy, rng), 0);
+  // top-k 1 with any temperature is greedy; sampling is reproducible from the seed.
+  SamplingOptions s;
+  s.temperature = 1.0, s.top_k = 1, s.penalty = 1.0;
+  EXPECT_EQ(sample_next({0.1f, 3.0f, 0.2f}, {}, s, rng), 1);
+  s.top_k = 0;
+  CounterRng a{9, 1, 0}, b{9, 1, 0};
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_next({0.1f, 0.3f, 0.2f}, {}, s, a), sample_next({0.1f, 0.3f, 0.2f}, {}, s, b));
+  // top-p keeps the smallest set reaching p: token 1 alone has probability > 0.9 here.
+  s.top_p = 0.9;
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_next({0.0f, 10.0f, 0.0f}, {}, s, a), 1);
+}
+
+}  // namespace
