@@ -1,6 +1,6 @@
-// All-reduce bandwidth of the communicator, as NCCL's tests report it:
-// algorithm bandwidth = bytes / time, bus bandwidth = algbw * 2(N-1)/N (what
-// each rank's links carry in a ring all-reduce). With MPI in the build, the
+// All-reduce bandwidth of the communicator, as NCCL's tests report it (median
+// of repeated runs): algorithm bandwidth = bytes / time, bus bandwidth =
+// algbw * 2(N-1)/N (what each rank's links carry in a ring all-reduce). With MPI in the build, the
 // same all-reduce called directly through MPI_Allreduce is timed beside it,
 // to show what the communicator's communication thread costs.
 //   mpirun -np 2 build/allreduce [max_megabytes=256]
@@ -19,17 +19,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Seconds per all-reduce of n floats over `iters` runs after one warm-up run,
-// as rank 0 sees it (all ranks start together after a barrier).
+// Median seconds per all-reduce over `iters` back-to-back runs after one
+// warm-up run, as rank 0 sees them (all ranks start together after a barrier);
+// the median keeps other work on a shared machine from skewing the figure.
 template <typename AllReduce>
 double time_per_op(ctrl::Communicator& comm, AllReduce&& all_reduce, int iters) {
   all_reduce();
   comm.barrier();
-  const auto start = Clock::now();
-  for (int i = 0; i < iters; ++i) all_reduce();
-  double seconds = std::chrono::duration<double>(Clock::now() - start).count() / iters;
-  comm.broadcast(&seconds, sizeof seconds, 0);
-  return seconds;
+  std::vector<double> seconds(iters);
+  for (int i = 0; i < iters; ++i) {
+    const auto start = Clock::now();
+    all_reduce();
+    seconds[i] = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + iters / 2, seconds.end());
+  double median = seconds[iters / 2];
+  comm.broadcast(&median, sizeof median, 0);
+  return median;
 }
 
 }  // namespace
