@@ -1,0 +1,101 @@
+// ctrl bench: training-step throughput on synthetic tokens, with the figures
+// that make results from different machines comparable.
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "core/sysinfo.h"
+#include "model/model.h"
+#include "ops/cpu/gemm.h"
+#include "train/batches.h"
+#include "train/optimizer.h"
+
+namespace ctrl::cli {
+namespace {
+
+const char* kUsage =
+    "usage: ctrl bench --config FILE|PRESET [--steps N] [--warmup N] [--threads N] [--set key=value]... [--json]\n\n"
+    "Times full training steps (forward, backward, clipping, optimizer) of one micro-batch of\n"
+    "synthetic tokens, after --warmup untimed steps (default 2; --steps default 10), and prints\n"
+    "it/s, tokens/s, achieved FLOP/s and its share of this machine's measured fp32 GEMM peak,\n"
+    "peak memory, and the CPU and thread count.\n";
+
+int run(const std::vector<std::string>& argv) {
+  Args args("bench", kUsage);
+  args.flag("config");
+  args.flag("steps");
+  args.flag("warmup");
+  args.flag("threads");
+  args.repeated("set");
+  args.boolean("json");
+  if (!args.parse(argv)) return 0;
+  Config config = load_config(args.require("config"));
+  for (const auto& s : args.all("set")) apply_override(config, s);
+  validate(config);
+  const int64_t steps = args.get_int("steps", 10), warmup = args.get_int("warmup", 2);
+  if (steps < 1 || warmup < 0) fail("ctrl bench: --steps must be at least 1 and --warmup not negative");
+  if (args.has("threads")) {
+    const int64_t threads = args.get_int("threads", 0);
+    if (threads < 1) fail("ctrl bench: --threads must be at least 1");
+    omp_set_num_threads(int(threads));
+  }
+  const auto& m = config.model;
+  const int64_t B = config.train.micro_batch, T = m.n_ctx;
+  auto ops = make_cpu_ops();
+  Model model(m, *ops, B);
+  model.init_weights();
+  Optimizer optimizer(config.train, model.layout(), *ops);
+  Batches batches = Batches::synthetic(m.vocab_size, T, 1);
+  std::vector<int32_t> tokens(size_t(B * T)), targets(size_t(B * T));
+  double seconds = 0, loss = 0;
+  for (int64_t s = 0; s < warmup + steps; ++s) {
+    batches.train(s * B, B, tokens.data(), targets.data());
+    const auto start = std::chrono::steady_clock::now();
+    model.zero_grads();
+    loss = model.forward_backward(tokens.data(), targets.data(), B, T, 1.0f / float(B * T), uint64_t(s)).mean();
+    optimizer.clip(model.grads, config.train.clip_norm);
+    optimizer.step(model.params, model.grads, config.train.lr);
+    if (s >= warmup) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  const double tokens_per_s = double(steps * B * T) / seconds;
+  const double flops = train_flops_per_token(m) * tokens_per_s;
+  const double peak = cpu::measure_gemm_peak_gflops(false, 1.0) * 1e9;
+  nlohmann::ordered_json j;
+  j["config"] = config.preset;
+  j["parameters"] = model.layout().count();
+  j["micro_batch"] = B;
+  j["context"] = T;
+  j["steps"] = steps;
+  j["it_per_s"] = double(steps) / seconds;
+  j["tokens_per_s"] = tokens_per_s;
+  j["achieved_gflops"] = flops / 1e9;
+  j["gemm_peak_gflops"] = peak / 1e9;
+  j["share_of_gemm_peak"] = flops / peak;
+  j["peak_rss_bytes"] = peak_rss_bytes();
+  j["final_loss"] = loss;
+  j["cpu"] = cpu_model();
+  j["threads"] = omp_get_max_threads();
+  j["precision"] = "fp32";
+  if (args.has("json")) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s: %.2fM parameters, micro-batch %lld x %lld tokens, fp32, %d threads on %s\n",
+                config.preset.c_str(), double(model.layout().count()) / 1e6, static_cast<long long>(B),
+                static_cast<long long>(T), omp_get_max_threads(), cpu_model().c_str());
+    std::printf("  %.3f it/s, %.0f tokens/s\n", double(steps) / seconds, tokens_per_s);
+    std::printf("  %.1f GFLOP/s achieved = %.0f%% of the measured fp32 GEMM peak (%.1f GFLOP/s)\n", flops / 1e9,
+                100.0 * flops / peak, peak / 1e9);
+    std::printf("  peak memory %.0f MiB\n", double(peak_rss_bytes()) / (1 << 20));
+  }
+  return 0;
+}
+
+CommandRegistration registration({"bench", "time training steps on synthetic tokens (throughput, FLOP/s, memory)",
+                                  run});
+
+}  // namespace
+}  // namespace ctrl::cli
