@@ -139,36 +139,6 @@ std::string resolve_gaiji(std::string_view note) {
   return "";
 }
 
-// Replaces every ※［＃…］ gaiji note with its character, or 〓 (counted) when it names none.
-std::string replace_gaiji(std::string_view s, AozoraText& result) {
-  static constexpr std::string_view kOpen = "※［＃";
-  std::string out;
-  size_t i = 0;
-  while (i < s.size()) {
-    const size_t p = s.find(kOpen, i);
-    if (p == std::string_view::npos) break;
-    out.append(s.substr(i, p - i));
-    const size_t line_end = std::min(s.find('\n', p), s.size());
-    const size_t close = s.find("］", p + kOpen.size());
-    if (close == std::string_view::npos || close > line_end) {  // unclosed: leave it for the annotation pass
-      out.append(kOpen);
-      i = p + kOpen.size();
-      continue;
-    }
-    const std::string c = resolve_gaiji(s.substr(p + kOpen.size(), close - p - kOpen.size()));
-    if (c.empty()) {
-      out.append("〓");
-      ++result.gaiji_unresolved;
-    } else {
-      out.append(c);
-      ++result.gaiji_resolved;
-    }
-    i = close + std::string_view("］").size();
-  }
-  out.append(s.substr(std::min(i, s.size())));
-  return out;
-}
-
 // Aozora accent notation: letter + mark -> accented letter (青空文庫「アクセント分解」の表).
 struct Accent {
   char mark;
@@ -220,8 +190,8 @@ std::string decode_accents(std::string_view s) {
 
 // Removes ruby 《…》 and its start mark ｜, ［＃…］ annotations (nested too), and decodes 〔…〕 accent spans.
 // Works line by line; an unclosed bracket drops only its opener.
-std::string strip_notation(std::string_view line) {
-  static constexpr std::string_view kAnnot = "［＃", kOpenSq = "［", kCloseSq = "］", kRubyOpen = "《",
+std::string strip_notation(std::string_view line, AozoraText& result) {
+  static constexpr std::string_view kGaiji = "※［＃", kAnnot = "［＃", kOpenSq = "［", kCloseSq = "］", kRubyOpen = "《",
                                     kRubyClose = "》", kBar = "｜", kAccOpen = "〔", kAccClose = "〕";
   std::string out;
   out.reserve(line.size());
@@ -232,6 +202,17 @@ std::string strip_notation(std::string_view line) {
   size_t i = 0;
   while (i < line.size()) {
     const std::string_view rest = line.substr(i);
+    if (depth == 0 && starts_with(rest, kGaiji)) {  // ※［＃…］: the character itself, never taken as notation
+      const size_t close = rest.find(kCloseSq);
+      if (close != std::string_view::npos) {
+        const std::string c = resolve_gaiji(rest.substr(kGaiji.size(), close - kGaiji.size()));
+        if (c.empty()) ++result.gaiji_unresolved;
+        else ++result.gaiji_resolved;
+        out += c.empty() ? "〓" : c;
+        i += close + kCloseSq.size();
+        continue;
+      }
+    }
     if (starts_with(rest, kAnnot)) {
       if (depth == 0) annot_start = out.size();
       ++depth;
@@ -257,9 +238,19 @@ std::string strip_notation(std::string_view line) {
       ++i;
     }
   }
-  // Unclosed annotation or ruby: their openers are already dropped, their text stays.
+  // Unclosed annotation or ruby: their openers are already dropped, their text stays (minus ruby brackets).
+  if (depth > 0) {
+    std::string tail;
+    for (size_t k = annot_start; k < out.size(); ++k) {
+      const std::string_view r = std::string_view(out).substr(k);
+      if (starts_with(r, kRubyOpen) || starts_with(r, kRubyClose)) k += kRubyOpen.size() - 1;
+      else tail.push_back(out[k]);
+    }
+    out.resize(annot_start);
+    out += tail;
+  }
   // Accent spans: 〔…〕 holding only ASCII are decoded and lose their brackets.
-  std::string result;
+  std::string decoded;
   size_t p = 0;
   for (;;) {
     const size_t open = out.find(kAccOpen, p);
@@ -269,13 +260,13 @@ std::string strip_notation(std::string_view line) {
     const std::string_view inner = std::string_view(out).substr(open + kAccOpen.size(), close - open - kAccOpen.size());
     bool ascii = !inner.empty();
     for (char c : inner) if (static_cast<unsigned char>(c) >= 0x80) ascii = false;
-    result.append(out, p, open - p);
-    if (ascii) result += decode_accents(inner);
-    else result.append(out, open, close + kAccClose.size() - open);
+    decoded.append(out, p, open - p);
+    if (ascii) decoded += decode_accents(inner);
+    else decoded.append(out, open, close + kAccClose.size() - open);
     p = close + kAccClose.size();
   }
-  result.append(out, std::min(p, out.size()), std::string::npos);
-  return result;
+  decoded.append(out, std::min(p, out.size()), std::string::npos);
+  return decoded;
 }
 
 bool is_blank(std::string_view line) {
@@ -337,7 +328,9 @@ AozoraText aozora_to_text(std::string_view utf8) {
   const std::vector<std::string_view> lines = split_lines(utf8);
   size_t begin = 0;
   // Header: title and author lines up to the first blank line.
-  if (!lines.empty() && !is_blank(lines[0])) {
+  // (A first line that already carries notation is body text: there is no header.)
+  if (!lines.empty() && !is_blank(lines[0]) && lines[0].find("［＃") == std::string_view::npos &&
+      lines[0].find("《") == std::string_view::npos) {
     result.title = std::string(lines[0]);
     if (lines.size() > 1 && !is_blank(lines[1])) result.author = std::string(lines[1]);
     while (begin < lines.size() && !is_blank(lines[begin])) ++begin;
@@ -361,7 +354,7 @@ AozoraText aozora_to_text(std::string_view utf8) {
   std::string body;
   bool blank_pending = false;
   for (size_t j = begin; j < end; ++j) {
-    std::string line = strip_notation(replace_gaiji(lines[j], result));
+    std::string line = strip_notation(lines[j], result);
     while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.pop_back();
     if (is_blank(line)) {
       blank_pending = !body.empty();
@@ -404,9 +397,7 @@ void read_aozora_zip(const std::string& path, ReadContext& context) {
     zip_error_init_with_code(&ze, error);
     const std::string what = zip_error_strerror(&ze);
     zip_error_fini(&ze);
-    context.warnings.warn(path, 0, "not a readable zip archive (" + what + "); skipped");
-    context.stats.drop("bad_zip");
-    return;
+    fail(path + ": not a readable zip archive (" + what + "); expected an Aozora Bunko .zip");
   }
   const zip_int64_t entries = zip_get_num_entries(archive, 0);
   int texts = 0;

@@ -175,6 +175,11 @@ bool LineReader::next(std::string& line) {
         skipping = false;
         continue;
       }
+      if (nl - pos_ > max_line_) {
+        warnings_.warn(name_, buffer_offset_ + pos_, "line longer than " + std::to_string(max_line_) + " bytes skipped");
+        pos_ = scan = nl + 1;
+        continue;
+      }
       line_offset_ = buffer_offset_ + pos_;
       line.assign(buffer_, pos_, nl - pos_);
       pos_ = nl + 1;

@@ -29,11 +29,15 @@ std::string lower(std::string s) {
   return s;
 }
 
-// Valid UTF-8 apart from a character cut at the end of the sample.
+// UTF-8 apart from a character cut at the end of the sample, or a few stray bytes among
+// many valid multi-byte characters (then it is damaged UTF-8, not Shift_JIS).
 bool looks_utf8(std::string_view sample) {
   uint64_t bad = 0, first = 0;
-  sanitize_utf8(sample, &bad, &first);
-  return bad == 0 || (first + 4 > sample.size() && bad <= 3);
+  const std::string clean = sanitize_utf8(sample, &bad, &first);
+  if (bad == 0 || (first + 4 > sample.size() && bad <= 3)) return true;
+  uint64_t high = 0;
+  for (char c : clean) high += static_cast<unsigned char>(c) >= 0x80;
+  return high >= 8 * bad;
 }
 
 // Every file the source names, sorted so that the order (and so the output) is deterministic.

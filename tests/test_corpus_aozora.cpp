@@ -1,0 +1,148 @@
+// Aozora Bunko: the real notation-example file (Shift_JIS, CRLF), UTF-8 copies, a .zip, and gaiji lookup.
+#include <gtest/gtest.h>
+#include <zip.h>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "corpus/aozora.h"
+#include "corpus/sources.h"
+
+namespace {
+
+const std::string kSample = CTRL_SOURCE_DIR "/../shared/data/aozora-notation-examples.sjis.txt";
+
+#define REQUIRE_SAMPLE()                                                                   \
+  if (!ctrl::file_exists(kSample)) GTEST_SKIP() << "sample data not found at " << kSample
+
+std::vector<ctrl::Document> read_path(const std::string& path, ctrl::ReadStats* stats_out = nullptr) {
+  std::vector<ctrl::Document> docs;
+  ctrl::ReaderOptions options;
+  options.max_warnings_printed = 0;
+  ctrl::ReadStats stats = ctrl::read_source({"青空文庫", path}, options, [&](ctrl::Document&& d) { docs.push_back(std::move(d)); });
+  if (stats_out) *stats_out = stats;
+  return docs;
+}
+
+bool has_line(const std::string& text, const std::string& line) {
+  return ("\n" + text + "\n").find("\n" + line + "\n") != std::string::npos;
+}
+
+TEST(CorpusAozora, JisX0213PlaneRowCellViaIconv) {
+  EXPECT_EQ(ctrl::jisx0213_to_utf8(1, 13, 21), "Ⅰ");
+  EXPECT_EQ(ctrl::jisx0213_to_utf8(1, 2, 22), "〻");
+  EXPECT_EQ(ctrl::jisx0213_to_utf8(1, 6, 57), "ς");
+  EXPECT_EQ(ctrl::jisx0213_to_utf8(1, 84, 77), "挘");
+  EXPECT_EQ(ctrl::jisx0213_to_utf8(1, 4, 2), "あ");
+  EXPECT_EQ(ctrl::jisx0213_to_utf8(2, 1, 1), "𠂉");
+  EXPECT_EQ(ctrl::jisx0213_to_utf8(3, 1, 1), "");
+  EXPECT_EQ(ctrl::jisx0213_to_utf8(1, 95, 1), "");
+}
+
+TEST(CorpusAozora, NotationExamplesFile) {
+  REQUIRE_SAMPLE();
+  ctrl::ReadStats stats;
+  const auto docs = read_path(kSample, &stats);
+  ASSERT_EQ(docs.size(), 1u);
+  const std::string& t = docs[0].text;
+  EXPECT_EQ(docs[0].title, "「注記一覧」記載例文");
+  EXPECT_EQ(docs[0].control_code, "青空文庫");
+  // Header (title, author, the 記号について block) and footer (from ［＃本文終わり］) are gone.
+  EXPECT_EQ(t.find("青空文庫作成ファイル"), std::string::npos);
+  EXPECT_EQ(t.find("【テキスト中に現れる記号について】"), std::string::npos);
+  EXPECT_EQ(t.rfind("「注記一覧」に記載した記入例をまとめた、サンプルテキストです。", 0), 0u) << t.substr(0, 200);
+  // No notation is left.
+  for (const char* mark : {"［＃", "\r"}) EXPECT_EQ(t.find(mark), std::string::npos) << mark;
+  // The only 《 》 left are the gaiji ※［＃始め二重山括弧、1-1-52］ and ※［＃終わり二重山括弧、1-1-53］.
+  EXPECT_EQ(t.find("《"), t.rfind("《"));
+  EXPECT_EQ(t.find("》"), t.rfind("》"));
+  EXPECT_TRUE(has_line(t, "《"));
+  EXPECT_TRUE(has_line(t, "》"));
+  EXPECT_EQ(t.find("｜"), t.rfind("｜"));  // ※［＃縦線、1-1-35］
+  EXPECT_TRUE(has_line(t, "｜"));
+  // Ruby: base text kept, reading dropped.
+  EXPECT_TRUE(has_line(t, "…頗る理論の品価を増たるもの多し。明治八年三月二十五日、福沢諭吉記。"));
+  // Gaiji by plane-row-cell and by Unicode; the one with neither is 〓.
+  EXPECT_TRUE(has_line(t, "挘"));
+  EXPECT_TRUE(has_line(t, "呭"));  // U+546D
+  EXPECT_TRUE(has_line(t, "〓"));  // 「土へん＋竒」、ページ数-行数
+  EXPECT_TRUE(has_line(t, "〻"));
+  EXPECT_TRUE(has_line(t, "ς"));
+  EXPECT_TRUE(has_line(t, "…水鉢を置いた欞子窓の下には…"));
+  EXPECT_EQ(stats.dropped.at("gaiji_unresolved"), 1u);
+  // Accent notation.
+  EXPECT_TRUE(has_line(t, "繁雑な日本の étiquette も、"));
+  EXPECT_TRUE(has_line(t, "いささか、étranger の感があった。"));
+  EXPECT_TRUE(has_line(t, "jusqu'à"));
+  EXPECT_TRUE(has_line(t, "presqu'île"));
+  EXPECT_TRUE(has_line(t, "'blessée'"));
+  // 〔…〕 around Japanese text is ordinary punctuation and stays.
+  EXPECT_NE(t.find("〔本全集第一巻所収〕"), std::string::npos);
+  EXPECT_EQ(stats.warnings, 0u);
+}
+
+TEST(CorpusAozora, Utf8CopiesWithAndWithoutBomDecodeTheSame) {
+  REQUIRE_SAMPLE();
+  const std::string raw = ctrl::read_file(kSample);
+  uint64_t bad = 0;
+  const std::string utf8 = ctrl::aozora_decode_bytes(raw, &bad);
+  EXPECT_EQ(bad, 0u);
+  EXPECT_EQ(utf8.find('\r'), std::string::npos);
+  const std::string dir = ::testing::TempDir() + "/corpus_aozora";
+  ctrl::make_directories(dir);
+  ctrl::write_file_atomically(dir + "/plain.txt", utf8);
+  ctrl::write_file_atomically(dir + "/bom.txt", "\xEF\xBB\xBF" + utf8);
+  const auto sjis = read_path(kSample);
+  const auto plain = read_path(dir + "/plain.txt");
+  const auto bom = read_path(dir + "/bom.txt");
+  ASSERT_EQ(plain.size(), 1u);
+  ASSERT_EQ(bom.size(), 1u);
+  EXPECT_EQ(plain[0].text, sjis[0].text);
+  EXPECT_EQ(bom[0].text, sjis[0].text);
+}
+
+TEST(CorpusAozora, Cp932FallbackAndBadBytes) {
+  // "～" is 0x8160 in CP932; 0x87 0x40 (①) is NEC special in CP932 and JIS X 0213 alike; 0xFF never decodes.
+  const std::string raw = std::string("\x82\xa0\x81\x60\r\n\x87\x40\xff\r\n", 10);
+  uint64_t bad = 0;
+  const std::string utf8 = ctrl::aozora_decode_bytes(raw, &bad);
+  EXPECT_EQ(bad, 1u);
+  EXPECT_EQ(utf8.substr(0, 3), "あ");
+  EXPECT_NE(utf8.find("①"), std::string::npos);
+}
+
+TEST(CorpusAozora, ZipAsDistributed) {
+  REQUIRE_SAMPLE();
+  const std::string dir = ::testing::TempDir() + "/corpus_aozora_zip";
+  ctrl::make_directories(dir);
+  const std::string path = dir + "/12345_ruby_678.zip";
+  const std::string raw = ctrl::read_file(kSample);
+  int error = 0;
+  zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
+  ASSERT_NE(z, nullptr);
+  zip_source_t* txt = zip_source_buffer(z, raw.data(), raw.size(), 0);
+  ASSERT_GE(zip_file_add(z, "chukiichiran.txt", txt, ZIP_FL_ENC_UTF_8), 0);
+  static const char png[] = "\x89PNG\r\n\x1a\n";
+  zip_source_t* img = zip_source_buffer(z, png, sizeof png - 1, 0);
+  ASSERT_GE(zip_file_add(z, "fig1.png", img, 0), 0);
+  ASSERT_EQ(zip_close(z), 0);
+  const auto docs = read_path(path);
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0].text, read_path(kSample)[0].text);
+  EXPECT_NE(docs[0].origin.find("chukiichiran.txt"), std::string::npos);
+
+  ctrl::write_file_atomically(dir + "/broken.zip", "PK\x03\x04 not really a zip");
+  ctrl::ReadStats stats;
+  EXPECT_THROW(read_path(dir + "/broken.zip", &stats), ctrl::Error);  // nothing readable in the only file
+}
+
+TEST(CorpusAozora, SmallTextWithFooterAndNesting) {
+  const std::string text =
+      "吾輩は猫である\n夏目漱石\n\n吾輩《わがはい》は猫である。［＃「猫」に傍点］名前はまだ無い。\n"
+      "｜一番《いちばん》［＃「［＃注］」は入れ子］よし。\n閉じない［＃注記と《ルビ\n\n底本：「吾輩は猫である」岩波文庫\n入力：某\n";
+  const ctrl::AozoraText t = ctrl::aozora_to_text(text);
+  EXPECT_EQ(t.title, "吾輩は猫である");
+  EXPECT_EQ(t.author, "夏目漱石");
+  EXPECT_EQ(t.text, "吾輩は猫である。名前はまだ無い。\n一番よし。\n閉じない注記とルビ");
+}
+
+}  // namespace

@@ -1,0 +1,139 @@
+// Plain text, JSON lines, WikiExtractor output, byte streams and source dispatch (files, directories, globs).
+#include <bzlib.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "corpus/input.h"
+#include "corpus/sources.h"
+
+namespace {
+
+const std::string kData = CTRL_SOURCE_DIR "/tests/data/corpus";
+
+struct Collected {
+  std::vector<ctrl::Document> docs;
+  ctrl::ReadStats stats;
+};
+
+Collected read_path(const std::string& path, const std::string& code = "Web") {
+  Collected c;
+  ctrl::ReaderOptions options;
+  options.max_warnings_printed = 0;
+  c.stats = ctrl::read_source({code, path}, options, [&](ctrl::Document&& d) { c.docs.push_back(std::move(d)); });
+  return c;
+}
+
+std::string bz2(const std::string& data) {
+  unsigned int size = static_cast<unsigned int>(data.size() + data.size() / 50 + 1024);
+  std::string out(size, '\0');
+  BZ2_bzBuffToBuffCompress(out.data(), &size, const_cast<char*>(data.data()), static_cast<unsigned>(data.size()), 9, 0, 0);
+  out.resize(size);
+  return out;
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/corpus_text_" + name;
+  ctrl::make_directories(dir);
+  return dir;
+}
+
+TEST(CorpusText, ParseSourceSpec) {
+  const ctrl::SourceSpec s = ctrl::parse_source_spec("Wikipedia=data/jawiki.xml.bz2");
+  EXPECT_EQ(s.control_code, "Wikipedia");
+  EXPECT_EQ(s.path, "data/jawiki.xml.bz2");
+  EXPECT_EQ(ctrl::parse_source_spec("Books=a=b.txt").path, "a=b.txt");
+  for (const char* bad : {"nocode", "=path", "Code=", "Two words=x"})
+    EXPECT_THROW(ctrl::parse_source_spec(bad), ctrl::Error) << bad;
+}
+
+TEST(CorpusText, PlainTextFileIsOneDocumentAndBadBytesAreWarnings) {
+  const std::string dir = temp_dir("plain");
+  ctrl::write_file_atomically(dir + "/a.txt", "\xEF\xBB\xBF一行目\r\n二行目\xff\xfe\r\n\r\n");
+  const Collected c = read_path(dir + "/a.txt");
+  ASSERT_EQ(c.docs.size(), 1u);
+  EXPECT_EQ(c.docs[0].text, "一行目\n二行目");
+  EXPECT_EQ(c.docs[0].control_code, "Web");
+  EXPECT_EQ(c.stats.warnings, 1u);
+  ctrl::write_file_atomically(dir + "/empty.txt", "");
+  EXPECT_EQ(read_path(dir + "/empty.txt").stats.dropped.at("empty"), 1u);
+}
+
+TEST(CorpusText, JsonLinesWithControlCodesAndBadLines) {
+  const Collected c = read_path(kData + "/sample.jsonl");
+  ASSERT_EQ(c.docs.size(), 3u);
+  EXPECT_EQ(c.docs[0].text, "最初の文書です。\n二行目。");
+  EXPECT_EQ(c.docs[0].control_code, "Web");
+  EXPECT_EQ(c.docs[1].control_code, "News");
+  EXPECT_EQ(c.docs[2].control_code, "Reviews");
+  EXPECT_EQ(c.docs[2].title, "題");
+  EXPECT_EQ(c.stats.warnings, 2u);  // one line that is not JSON, one without "text"
+  EXPECT_EQ(c.stats.dropped.at("bad_json"), 2u);
+}
+
+TEST(CorpusText, WikiExtractorJsonAndDocFormatsPlainAndBz2) {
+  const Collected json = read_path(kData + "/wikiextractor.json", "Wikipedia");
+  ASSERT_EQ(json.docs.size(), 2u);
+  EXPECT_EQ(json.docs[0].title, "アンパサンド");
+  EXPECT_EQ(json.docs[0].text, "アンパサンド (&) は記号である。\n\n<b>の例。");
+  EXPECT_EQ(json.docs[1].title, "言語");
+  const Collected doc = read_path(kData + "/wikiextractor_doc.txt", "Wikipedia");
+  ASSERT_EQ(doc.docs.size(), 2u);
+  EXPECT_EQ(doc.docs[0].title, "アンパサンド");
+  EXPECT_EQ(doc.docs[0].text, json.docs[0].text);
+  EXPECT_EQ(doc.docs[1].text, json.docs[1].text);
+  EXPECT_EQ(doc.stats.warnings, 1u);  // the last <doc> is not closed
+
+  const std::string dir = temp_dir("wikiextractor");
+  ctrl::write_file_atomically(dir + "/wiki_00.bz2", bz2(ctrl::read_file(kData + "/wikiextractor.json")));
+  const Collected compressed = read_path(dir + "/wiki_00.bz2", "Wikipedia");
+  ASSERT_EQ(compressed.docs.size(), 2u);
+  EXPECT_EQ(compressed.docs[1].text, json.docs[1].text);
+}
+
+TEST(CorpusText, DirectoryOfMixedFilesInSortedOrder) {
+  const std::string dir = temp_dir("mixed");
+  ctrl::make_directories(dir + "/sub");
+  ctrl::write_file_atomically(dir + "/b.txt", "二番目のファイル");
+  ctrl::write_file_atomically(dir + "/a.jsonl", "{\"text\": \"JSONの文書\"}\n");
+  ctrl::write_file_atomically(dir + "/sub/c.txt", "題名\n著者\n\n［＃ここから２字下げ］\n字下げの本文《ほんぶん》\n底本：「題名」\n");
+  ctrl::write_file_atomically(dir + "/sub/d.json", ctrl::read_file(kData + "/wikiextractor.json"));
+  ctrl::write_file_atomically(dir + "/e.txt", "");
+  ctrl::write_file_atomically(dir + "/.hidden.txt", "隠しファイル");
+  const Collected c = read_path(dir);
+  ASSERT_EQ(c.docs.size(), 5u);
+  EXPECT_EQ(c.docs[0].text, "JSONの文書");
+  EXPECT_EQ(c.docs[1].text, "二番目のファイル");
+  EXPECT_EQ(c.docs[2].text, "字下げの本文");  // detected as Aozora notation
+  EXPECT_EQ(c.docs[3].title, "アンパサンド");
+  EXPECT_EQ(c.stats.dropped.at("empty"), 1u);
+
+  const Collected globbed = read_path(dir + "/*.txt");
+  ASSERT_EQ(globbed.docs.size(), 1u);
+  EXPECT_EQ(globbed.docs[0].text, "二番目のファイル");
+  EXPECT_THROW(read_path(dir + "/*.none"), ctrl::Error);
+  EXPECT_THROW(read_path(dir + "/missing"), ctrl::Error);
+}
+
+TEST(CorpusText, LineReaderSkipsOverlongLines) {
+  ctrl::ReadStats stats;
+  ctrl::Warnings warnings(stats, 0);
+  const std::string data = "short\n" + std::string(5000, 'x') + "\nafter\r\nlast";
+  auto stream = ctrl::memory_byte_stream(data, "mem", warnings);
+  ctrl::LineReader lines(*stream, "mem", warnings, 1000);
+  std::string line;
+  std::vector<std::string> got;
+  while (lines.next(line)) got.push_back(line);
+  EXPECT_EQ(got, (std::vector<std::string>{"short", "after", "last"}));
+  EXPECT_EQ(stats.warnings, 1u);
+}
+
+TEST(CorpusText, SanitizeUtf8AndEntities) {
+  uint64_t bad = 0, first = 0;
+  EXPECT_EQ(ctrl::sanitize_utf8("a\xC3\xA9\xED\xA0\x80z\xF0\x9F\x98\x80", &bad, &first), "a\xC3\xA9z\xF0\x9F\x98\x80");
+  EXPECT_EQ(bad, 3u);
+  EXPECT_EQ(first, 3u);
+  EXPECT_EQ(ctrl::decode_html_entities("&amp;&lt;&gt;&quot;&#65;&#x3042;&bogus;&#xZZ;&"), "&<>\"Aあ&bogus;&#xZZ;&");
+}
+
+}  // namespace

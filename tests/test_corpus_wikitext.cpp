@@ -1,0 +1,75 @@
+// Wikitext to text: each construct, and malformed markup that must stay linear-time.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "corpus/wikitext.h"
+
+namespace {
+
+using ctrl::wikitext_to_text;
+
+TEST(CorpusWikitext, LinksTemplatesAndQuotes) {
+  EXPECT_EQ(wikitext_to_text("'''東京'''は[[日本]]の[[首都|首都]]。''斜体''"), "東京は日本の首都。斜体");
+  EXPECT_EQ(wikitext_to_text("[[日本語|にほんご]]と[[英語]]s"), "にほんごと英語s");
+  EXPECT_EQ(wikitext_to_text("前{{Infobox|名前={{lang|en|X}}|[[a|b]]}}後"), "前後");
+  EXPECT_EQ(wikitext_to_text("{{仮リンク|フォスター (企業)|en|Foster's Group}}が{{lang|en|Geography}}"),
+            "フォスター (企業)がGeography");
+  EXPECT_EQ(wikitext_to_text("A[[ファイル:X.jpg|thumb|説明 [[リンク]] 付き]]B[[File:y.png]]C[[画像:z.svg|[[a]]]]D"), "ABCD");
+  EXPECT_EQ(wikitext_to_text("本文\n[[Category:日本]]\n[[カテゴリ:東京]]\n[[en:Tokyo]]"), "本文");
+  EXPECT_EQ(wikitext_to_text("[[:Category:日本|日本の記事]]を参照"), "日本の記事を参照");
+  EXPECT_EQ(wikitext_to_text("[http://example.com 例のサイト]と[https://x.org]"), "例のサイトと");
+  EXPECT_EQ(wikitext_to_text("__TOC__\n本文__NOTOC__"), "本文");
+}
+
+TEST(CorpusWikitext, TagsCommentsEntities) {
+  EXPECT_EQ(wikitext_to_text("文<ref name=\"a\">出典 [[x]]</ref>章<ref name=\"a\" />。"), "文章。");
+  EXPECT_EQ(wikitext_to_text("<b>太字</b>と<span style=\"x\">範囲</span><!-- 注釈 -->"), "太字と範囲");
+  EXPECT_EQ(wikitext_to_text("式<math>x^2</math>と<gallery>\nA.jpg|a\n</gallery>図"), "式と図");
+  EXPECT_EQ(wikitext_to_text("a &amp; b &lt;c&gt; &#12354;&#x3042;&nbsp;!"), "a & b <c> ああ\u00a0!");
+  EXPECT_EQ(wikitext_to_text("1 < 2 かつ 3 > 2"), "1 < 2 かつ 3 > 2");
+  EXPECT_EQ(wikitext_to_text("行<br />改行"), "行\n改行");
+}
+
+TEST(CorpusWikitext, TablesHeadingsListsAndTrailingSections) {
+  EXPECT_EQ(wikitext_to_text("前\n{| class=\"wikitable\"\n|-\n| a || b\n|}\n後"), "前\n\n後");
+  EXPECT_EQ(wikitext_to_text("導入\n== 歴史 ==\n本文\n=== 近代 ===\n* 項目1\n# 項目2\n: 字下げ\n; 用語"),
+            "導入\n歴史\n本文\n近代\n項目1\n項目2\n字下げ\n用語");
+  EXPECT_EQ(wikitext_to_text("本文\n== 脚注 ==\n{{Reflist}}\n== 外部リンク ==\n* [http://x.jp X]"), "本文");
+  ctrl::WikitextOptions keep;
+  keep.drop_trailing_sections = false;
+  EXPECT_EQ(wikitext_to_text("本文\n== 関連項目 ==\n* [[A]]", keep), "本文\n関連項目\nA");
+  EXPECT_EQ(wikitext_to_text("段落1\n\n\n\n段落2"), "段落1\n\n段落2");
+}
+
+TEST(CorpusWikitext, RedirectsAndDisambiguation) {
+  EXPECT_TRUE(ctrl::is_redirect_wikitext("#REDIRECT [[A]]"));
+  EXPECT_TRUE(ctrl::is_redirect_wikitext("  #redirect[[A]]"));
+  EXPECT_TRUE(ctrl::is_redirect_wikitext("#転送 [[A]]"));
+  EXPECT_FALSE(ctrl::is_redirect_wikitext("本文 #REDIRECT"));
+  for (const char* t : {"{{Aimai}}", "x\n{{aimai}}", "{{曖昧さ回避}}", "{{人名の曖昧さ回避|x}}", "{{地名の曖昧さ回避}}", "{{Disambig}}"})
+    EXPECT_TRUE(ctrl::is_disambiguation_wikitext(t)) << t;
+  EXPECT_FALSE(ctrl::is_disambiguation_wikitext("{{要曖昧さ回避|date=2020}}"));
+  EXPECT_FALSE(ctrl::is_disambiguation_wikitext("曖昧さ回避のページ"));
+}
+
+TEST(CorpusWikitext, UnclosedMarkupKeepsTheRestOfThePage) {
+  EXPECT_EQ(wikitext_to_text("前{{未完のテンプレート|a\n後の段落"), "前未完のテンプレート|a\n後の段落");
+  EXPECT_EQ(wikitext_to_text("[[閉じない リンク\n本文"), "閉じない リンク\n本文");
+  EXPECT_EQ(wikitext_to_text("a<ref>閉じない注\n本文"), "a閉じない注\n本文");
+  EXPECT_EQ(wikitext_to_text("a<!-- 閉じないコメント\n本文"), "a");  // as MediaWiki: the comment runs to the end
+  EXPECT_EQ(wikitext_to_text("x}}y]]z|}"), "x}}y]]z|}");
+}
+
+TEST(CorpusWikitext, PathologicalInputStaysLinear) {
+  // 200k unclosed openers of every kind; quadratic scanning would take minutes here.
+  std::string evil = "本文 ";
+  for (int i = 0; i < 200000; ++i) evil += "{{[[<ref><math>{|'''[http://a ";
+  const std::string text = wikitext_to_text(evil);
+  EXPECT_FALSE(text.empty());
+  std::string deep(400000, '{');
+  deep += std::string(400000, '}');
+  EXPECT_NO_THROW(wikitext_to_text(deep));
+}
+
+}  // namespace
