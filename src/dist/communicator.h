@@ -8,6 +8,8 @@
 // thread of its own, in the order the calls were issued, so an all-reduce
 // started with all_reduce_sum_start proceeds while the caller computes. The
 // methods may be called from one trainer thread at a time (not concurrently).
+// Destroy the communicator before the process exits: that runs MPI_Finalize
+// (or, while an exception is leaving, deliberately skips it; see the .cpp).
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -29,8 +31,8 @@ class Communicator {
   // Non-blocking all-reduce, so gradient buckets overlap the backward pass:
   // returns a handle; `data` must stay untouched until wait(handle) returns.
   // Collectives complete in the order they were issued, so waiting for a
-  // handle also completes every one started before it. Each handle is waited
-  // for at most once.
+  // handle also completes every one started before it; waiting again for a
+  // completed handle returns at once.
   virtual int all_reduce_sum_start(float* data, size_t n) = 0;
   virtual void wait(int handle) = 0;
   // Copies `bytes` bytes from `root`'s buffer into every other rank's.
