@@ -6,12 +6,15 @@
 #   tuned:    torch.set_num_threads(THREADS), OPENBLAS_CORETYPE and
 #             OPENBLAS_L2_SIZE unset (OpenBLAS picks its AVX-512 kernels where
 #             the CPU has them), Debian's tcmalloc preloaded.
-# Then `ctrl bench --config PRESET --steps N --threads THREADS --json`, if the
-# binary ($CTRL, else build/ctrl) has that command, and a table with the ratios
-# ctrl/defaults and ctrl/tuned.
+# Then `ctrl bench --config PRESET --steps N --warmup W --threads THREADS
+# --set train.micro_batch=BATCH --json`, if the binary ($CTRL, else build/ctrl)
+# has that command, and a table with the ratios ctrl/defaults and ctrl/tuned.
+# The JSON of every run is kept in RESULTS (a new temporary folder unless set).
 #
 # Knobs (environment): PRESET=small PRECISIONS="fp32 bf16" BATCH=8 STEPS=8
-# WARMUP=2 THREADS=$(nproc) CTRL=build/ctrl
+# WARMUP=2 THREADS=$(nproc) CTRL=build/ctrl RESULTS=<folder>
+# TUNED_ENV="VAR=value ..." (extra environment for the tuned runs only, e.g.
+# OMP_WAIT_POLICY=PASSIVE, which helps when other work shares the cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,22 +32,25 @@ if [ -z "$TCMALLOC" ]; then
   echo "train_vs_pytorch: libtcmalloc_minimal.so.4 not found (apt-get install libtcmalloc-minimal4); tuned runs use glibc malloc" >&2
 fi
 
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+out=${RESULTS:-$(mktemp -d)}
+mkdir -p "$out"
+echo "train_vs_pytorch: results in $out (load average: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 common=(--preset "$PRESET" --batch "$BATCH" --steps "$STEPS" --warmup-steps "$WARMUP" --json)
 
 for prec in $PRECISIONS; do
   echo "== PyTorch $PRESET $prec, defaults" >&2
   "$PY" bench/pytorch_train.py "${common[@]}" --precision "$prec" > "$out/pytorch-defaults-$prec.json"
-  echo "== PyTorch $PRESET $prec, tuned (threads $THREADS, AVX-512 OpenBLAS, tcmalloc)" >&2
-  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ${TCMALLOC:+LD_PRELOAD="$TCMALLOC"} \
+  echo "== PyTorch $PRESET $prec, tuned (threads $THREADS, AVX-512 OpenBLAS, tcmalloc${TUNED_ENV:+, $TUNED_ENV})" >&2
+  # shellcheck disable=SC2086  # TUNED_ENV is a list of VAR=value words
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ${TCMALLOC:+LD_PRELOAD="$TCMALLOC"} ${TUNED_ENV:-} \
     "$PY" bench/pytorch_train.py "${common[@]}" --precision "$prec" --threads "$THREADS" \
     > "$out/pytorch-tuned-$prec.json"
 done
 
 if [ -x "$CTRL" ]; then
-  echo "== ctrl bench --config $PRESET --steps $STEPS --threads $THREADS" >&2
-  if ! "$CTRL" bench --config "$PRESET" --steps "$STEPS" --threads "$THREADS" --json > "$out/ctrl.json"; then
+  echo "== ctrl bench --config $PRESET --steps $STEPS --threads $THREADS --set train.micro_batch=$BATCH" >&2
+  if ! "$CTRL" bench --config "$PRESET" --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
+       --set train.micro_batch="$BATCH" --json > "$out/ctrl.json"; then
     echo "train_vs_pytorch: '$CTRL bench' failed; showing PyTorch only" >&2
     rm -f "$out/ctrl.json"
   fi
@@ -60,17 +66,22 @@ def load(name):
     if not os.path.exists(path):
         return None
     with open(path) as f:
-        lines = [l for l in f.read().splitlines() if l.strip().startswith("{")]
-    return json.loads(lines[-1]) if lines else None
+        text = f.read()
+    start = text.find("{")  # one JSON object, on one line or pretty-printed
+    try:
+        return json.loads(text[start:]) if start >= 0 else None
+    except ValueError:
+        print(f"train_vs_pytorch: {path}: not one JSON object", file=sys.stderr)
+        return None
 rows = []
-for name in sorted(os.listdir(out)):
+for name in sorted(n for n in os.listdir(out) if n.endswith(".json")):
     r = load(name)
     if r:
         rows.append((name[:-5], r))
 print(f"{'run':<24}{'tokens/s':>10}{'it/s':>8}{'peak RSS MiB':>14}{'threads':>9}  blas")
 for name, r in rows:
     print(f"{name:<24}{r['tokens_per_s']:>10.0f}{r['it_per_s']:>8.3f}{r['peak_rss_bytes'] / 2**20:>14.0f}"
-          f"{r.get('threads', ''):>9}  {r.get('blas', '')[:70]}")
+          f"{r.get('threads', ''):>9}  {r.get('blas', r.get('precision', ''))[:48]}")
 ctrl = load("ctrl.json")
 if ctrl:
     for name, r in rows:
