@@ -30,12 +30,12 @@ class Feeder : public sentencepiece::SentenceIterator {
     source_.rewind();
     Next();
   }
-  ~Feeder() override { progress_.finish(); }
   bool done() const override { return done_; }
   void Next() override {
     while (true) {
       if (!source_.next(value_)) {
         done_ = true;
+        progress_.finish();  // SentencePiece reads everything, then trains
         return;
       }
       progress_.add(1);
