@@ -11,6 +11,7 @@
 #include "core/sysinfo.h"
 #include "model/model.h"
 #include "ops/cpu/gemm.h"
+#include "ops/profiled_ops.h"
 #include "train/batches.h"
 #include "train/optimizer.h"
 
@@ -18,11 +19,12 @@ namespace ctrl::cli {
 namespace {
 
 const char* kUsage =
-    "usage: ctrl bench --config FILE|PRESET [--steps N] [--warmup N] [--threads N] [--set key=value]... [--json]\n\n"
+    "usage: ctrl bench --config FILE|PRESET [--steps N] [--warmup N] [--threads N] [--set key=value]... [--json]\n"
+    "                  [--profile]\n\n"
     "Times full training steps (forward, backward, clipping, optimizer) of one micro-batch of\n"
     "synthetic tokens, after --warmup untimed steps (default 2; --steps default 10), and prints\n"
     "it/s, tokens/s, achieved FLOP/s and its share of this machine's measured fp32 GEMM peak,\n"
-    "peak memory, and the CPU and thread count.\n";
+    "peak memory, and the CPU and thread count. --profile adds the time spent in each op.\n";
 
 int run(const std::vector<std::string>& argv) {
   Args args("bench", kUsage);
@@ -32,6 +34,7 @@ int run(const std::vector<std::string>& argv) {
   args.flag("threads");
   args.repeated("set");
   args.boolean("json");
+  args.boolean("profile");
   if (!args.parse(argv)) return 0;
   Config config = load_config(args.require("config"));
   for (const auto& s : args.all("set")) apply_override(config, s);
@@ -46,6 +49,7 @@ int run(const std::vector<std::string>& argv) {
   const auto& m = config.model;
   const int64_t B = config.train.micro_batch, T = m.n_ctx;
   auto ops = make_cpu_ops();
+  if (args.has("profile")) ops = make_profiled_ops(std::move(ops));
   Model model(m, *ops, B);
   model.init_weights();
   Optimizer optimizer(config.train, model.layout(), *ops);
@@ -91,6 +95,8 @@ int run(const std::vector<std::string>& argv) {
                 100.0 * flops / peak, peak / 1e9);
     std::printf("  peak memory %.0f MiB\n", double(peak_rss_bytes()) / (1 << 20));
   }
+  if (args.has("profile")) std::printf("\ntime per op over all %lld steps:\n%s", static_cast<long long>(warmup + steps),
+                                       profile_report(*ops).c_str());
   return 0;
 }
 

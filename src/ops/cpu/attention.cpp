@@ -9,6 +9,7 @@
 
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/gemm.h"
+#include "ops/cpu/vec_math.h"
 
 namespace ctrl::cpu {
 
@@ -26,17 +27,10 @@ void CpuOps::attention_forward(TensorRef out_ref, float* probs, TensorRef qkv_re
     const float* v = q + 2 * D;
     float* P = probs + bh * T * T;
     gemm_f32(false, true, T, T, hd, scale, q, 3 * D, k, 3 * D, 0.0f, P, T);
-    for (int64_t i = 0; i < T; ++i) {
+    for (int64_t i = 0; i < T; ++i) {  // causal softmax: row i sees positions 0..i
       float* row = P + i * T;
-      float mx = row[0];
-      for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
-      float sum = 0;
-      for (int64_t j = 0; j <= i; ++j) {
-        row[j] = std::exp(row[j] - mx);
-        sum += row[j];
-      }
-      const float inv = 1.0f / sum;
-      for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+      const double sum = exp_shift_sum(row, i + 1, row_max(row, i + 1));
+      row_scale(row, i + 1, float(1.0 / sum));
       for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
     }
     gemm_f32(false, false, T, hd, T, 1.0f, P, T, v, 3 * D, 0.0f, out + b * T * D + h * hd, D);

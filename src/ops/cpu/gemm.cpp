@@ -178,8 +178,11 @@ void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, co
   check_args(ta, tb, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
-  const Key k{false, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, current_threads()};
-  CTRL_ASSERT(run(k, A, B, C));
+  // fp32: oneDNN's sgemm (JIT AVX-512 kernels, no primitive to create); it
+  // runs single-threaded by itself inside an OpenMP parallel region.
+  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B,
+                                      ldb, beta, C, ldc);
+  CTRL_ASSERT(st == dnnl_success);
 }
 
 void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,

@@ -5,6 +5,7 @@
 
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/gemm.h"
+#include "ops/cpu/vec_math.h"
 
 namespace ctrl::cpu {
 
@@ -23,18 +24,16 @@ double CpuOps::lm_head_loss(const float* h, const float* w, const float* b, cons
     for (int64_t r = 0; r < R; ++r) {
       float* row = logits + r * V;
       const int32_t target = targets[r0 + r];
-      float mx = row[0];
-      for (int64_t v = 1; v < V; ++v) mx = std::max(mx, row[v]);
-      double sum = 0;
-      for (int64_t v = 0; v < V; ++v) sum += std::exp(double(row[v] - mx));
-      const double lse = double(mx) + std::log(sum);
-      losses[size_t(r0 + r)] = target >= 0 ? lse - double(row[target]) : 0.0;
+      const float target_logit = target >= 0 ? row[target] : 0.0f;
+      const float mx = row_max(row, V);
+      const double sum = exp_shift_sum(row, V, mx);  // row now holds exp(logit - max)
+      losses[size_t(r0 + r)] = target >= 0 ? double(mx) + std::log(sum) - double(target_logit) : 0.0;
       if (!dh) continue;
       if (target < 0) {
-        for (int64_t v = 0; v < V; ++v) row[v] = 0.0f;
+        row_scale(row, V, 0.0f);
         continue;
       }
-      for (int64_t v = 0; v < V; ++v) row[v] = float(std::exp(double(row[v]) - lse)) * grad_scale;
+      row_scale(row, V, float(double(grad_scale) / sum));  // softmax · grad_scale
       row[target] -= grad_scale;
     }
     if (!dh) continue;

@@ -1,0 +1,99 @@
+#include "ops/cpu/vec_math.h"
+
+#include <cmath>
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+namespace ctrl::cpu {
+
+float row_max_reference(const float* x, int64_t n) {
+  float m = x[0];
+  for (int64_t i = 1; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+double exp_shift_sum_reference(float* x, int64_t n, float shift) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - shift));
+  return sum;
+}
+
+#ifdef __AVX512F__
+
+bool have_avx512() { return true; }
+
+// exp(x) = 2^k · exp(r), k = round(x / ln 2), r = x − k·ln 2 (two-part ln 2),
+// exp(r) by its degree-6 Taylor polynomial on |r| <= ln2/2, scaled by vscalef.
+static inline __m512 exp_ps(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.8f));
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, k);
+}
+
+void exp16(const float* in, float* out) { _mm512_storeu_ps(out, exp_ps(_mm512_loadu_ps(in))); }
+
+float row_max(const float* x, int64_t n) {
+  if (n < 16) return row_max_reference(x, n);
+  __m512 m = _mm512_loadu_ps(x);
+  int64_t i = 16;
+  for (; i + 16 <= n; i += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(x + i));
+  if (i < n) m = _mm512_max_ps(m, _mm512_mask_loadu_ps(m, __mmask16((1u << (n - i)) - 1), x + i));
+  return _mm512_reduce_max_ps(m);
+}
+
+double exp_shift_sum(float* x, int64_t n, float shift) {
+  const __m512 s = _mm512_set1_ps(shift);
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), s));
+    _mm512_storeu_ps(x + i, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  if (i < n) {
+    const __mmask16 mask = __mmask16((1u << (n - i)) - 1);
+    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, x + i), s));
+    _mm512_mask_storeu_ps(x + i, mask, e);
+    acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(mask, e));
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc);
+  double sum = 0;
+  for (float l : lanes) sum += l;
+  return sum;
+}
+
+void row_scale(float* x, int64_t n, float factor) {
+  const __m512 f = _mm512_set1_ps(factor);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), f));
+  for (; i < n; ++i) x[i] *= factor;
+}
+
+#else
+
+bool have_avx512() { return false; }
+void exp16(const float* in, float* out) {
+  for (int i = 0; i < 16; ++i) out[i] = std::exp(in[i]);
+}
+float row_max(const float* x, int64_t n) { return row_max_reference(x, n); }
+double exp_shift_sum(float* x, int64_t n, float shift) { return exp_shift_sum_reference(x, n, shift); }
+void row_scale(float* x, int64_t n, float factor) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= factor;
+}
+
+#endif
+
+}  // namespace ctrl::cpu

@@ -1,0 +1,25 @@
+// Vectorized row primitives for softmax-like ops: AVX-512 when the build
+// targets it, plain loops otherwise. The plain loops are the reference the
+// tests compare the vector paths with (tests/test_vec_math.cpp).
+#pragma once
+#include <cstdint>
+
+namespace ctrl::cpu {
+
+// max_i x[i] (n >= 1).
+float row_max(const float* x, int64_t n);
+// x[i] = exp(x[i] - shift) in place; returns Σ x[i] after the update.
+double exp_shift_sum(float* x, int64_t n, float shift);
+// x[i] *= factor.
+void row_scale(float* x, int64_t n, float factor);
+
+// The scalar references of the three above.
+float row_max_reference(const float* x, int64_t n);
+double exp_shift_sum_reference(float* x, int64_t n, float shift);
+
+// exp of 16 floats with AVX-512 (about 1 ulp over the float range; 0 below
+// about -103, inf above about 88.7), exposed for tests.
+void exp16(const float* in, float* out);
+bool have_avx512();
+
+}  // namespace ctrl::cpu
