@@ -1,0 +1,108 @@
+// Learning-rate schedules (train/optimizer.h learning_rate) at their defining
+// points, and global-norm clipping with torch.nn.utils.clip_grad_norm_'s
+// semantics (Optimizer::clip).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/layout.h"
+#include "train/optimizer.h"
+
+using namespace ctrl;
+
+namespace {
+
+TrainConfig schedule(const std::string& name) {
+  TrainConfig c;
+  c.schedule = name;
+  c.lr = 1e-3;
+  c.warmup_steps = 10;
+  c.steps = 110;
+  c.min_lr_ratio = 0.1;
+  return c;
+}
+
+TEST(Schedule, ConstantIsTheSameAtEveryStep) {
+  const TrainConfig c = schedule("constant");
+  for (int64_t s : {0, 1, 9, 10, 60, 110, 1000}) EXPECT_DOUBLE_EQ(learning_rate(c, s), 1e-3) << s;
+}
+
+TEST(Schedule, WarmupRisesLinearlyThenStaysConstant) {
+  const TrainConfig c = schedule("warmup");
+  EXPECT_DOUBLE_EQ(learning_rate(c, 0), 1e-4);  // lr / warmup at the first step, never 0
+  EXPECT_DOUBLE_EQ(learning_rate(c, 4), 5e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 9), 1e-3);  // the last warmup step reaches lr
+  for (int64_t s : {10, 60, 110, 1000}) EXPECT_DOUBLE_EQ(learning_rate(c, s), 1e-3) << s;
+  for (int64_t s = 1; s < 10; ++s) EXPECT_GT(learning_rate(c, s), learning_rate(c, s - 1));
+}
+
+TEST(Schedule, CosineWarmsUpThenDecaysToTheFloor) {
+  const TrainConfig c = schedule("cosine");
+  const double floor = 1e-4;  // lr · min_lr_ratio
+  EXPECT_DOUBLE_EQ(learning_rate(c, 0), 1e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 9), 1e-3);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 10), 1e-3);                       // end of warmup: the peak
+  EXPECT_NEAR(learning_rate(c, 60), floor + (1e-3 - floor) * 0.5, 1e-15);  // half way: the mid point
+  EXPECT_NEAR(learning_rate(c, 35), floor + (1e-3 - floor) * 0.5 * (1 + std::cos(M_PI / 4)), 1e-15);
+  EXPECT_NEAR(learning_rate(c, 110), floor, 1e-15);  // the end
+  EXPECT_NEAR(learning_rate(c, 500), floor, 1e-15);  // and after it
+  for (int64_t s = 11; s <= 110; ++s) EXPECT_LT(learning_rate(c, s), learning_rate(c, s - 1)) << s;
+}
+
+TEST(Schedule, CosineWithoutWarmupStartsAtThePeak) {
+  TrainConfig c = schedule("cosine");
+  c.warmup_steps = 0;
+  c.steps = 100;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 0), 1e-3);
+  EXPECT_NEAR(learning_rate(c, 50), 1e-4 + 0.9e-3 * 0.5, 1e-15);
+  EXPECT_NEAR(learning_rate(c, 100), 1e-4, 1e-15);
+}
+
+struct ClipFixture {
+  ModelConfig mc;
+  ParamLayout layout;
+  std::unique_ptr<Ops> ops = make_cpu_ops();
+  Buffer grads;
+  ClipFixture() {
+    mc.vocab_size = 7, mc.n_layer = 1, mc.d_model = 4, mc.n_head = 1, mc.d_ff = 8, mc.n_ctx = 4;
+    layout = make_param_layout(mc);
+    grads = Buffer(layout.total);
+    // Two non-zero gradients, 3 and 4, in different tensors: norm 5.
+    grads[layout.get("transformer.w.weight").offset] = 3.0f;
+    grads[layout.get("lm_head.bias").offset + 2] = -4.0f;
+  }
+};
+
+TEST(Clip, ScalesByMaxOverNormWhenAbove) {
+  ClipFixture f;
+  Optimizer opt(TrainConfig{}, f.layout, *f.ops);
+  EXPECT_DOUBLE_EQ(opt.grad_norm(f.grads), 5.0);
+  EXPECT_DOUBLE_EQ(opt.clip(f.grads, 1.0), 5.0);  // returns the norm before clipping
+  const float factor = float(1.0 / (5.0 + 1e-6));
+  EXPECT_FLOAT_EQ(f.grads[f.layout.get("transformer.w.weight").offset], 3.0f * factor);
+  EXPECT_FLOAT_EQ(f.grads[f.layout.get("lm_head.bias").offset + 2], -4.0f * factor);
+  EXPECT_NEAR(opt.grad_norm(f.grads), 1.0, 1e-6);
+  double others = 0;  // everything else stays zero
+  for (size_t i = 0; i < f.grads.size(); ++i) others += std::abs(f.grads[i]);
+  EXPECT_NEAR(others, 7.0 * factor, 1e-6);
+}
+
+TEST(Clip, LeavesGradientsAloneWhenBelowOrDisabled) {
+  ClipFixture f;
+  Optimizer opt(TrainConfig{}, f.layout, *f.ops);
+  const size_t a = f.layout.get("transformer.w.weight").offset, b = f.layout.get("lm_head.bias").offset + 2;
+  for (double max_norm : {10.0, 5.0, 0.0}) {  // 5: factor 5/(5+1e-6) < 1 by a hair, see below
+    ClipFixture g;
+    EXPECT_DOUBLE_EQ(opt.clip(g.grads, max_norm), 5.0) << max_norm;
+    if (max_norm == 5.0) {
+      // clip_grad_norm_ still scales by max/(norm+1e-6) here: a change of 2e-7 relative.
+      EXPECT_NEAR(g.grads[a], 3.0f, 1e-6);
+      EXPECT_LT(g.grads[a], 3.0f);
+    } else {
+      EXPECT_EQ(g.grads[a], 3.0f) << max_norm;
+      EXPECT_EQ(g.grads[b], -4.0f) << max_norm;
+    }
+  }
+}
+
+}  // namespace
