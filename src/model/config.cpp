@@ -71,7 +71,8 @@ const std::vector<Field>& fields() {
       INT_FIELD(model, vocab_size), INT_FIELD(model, n_layer), INT_FIELD(model, d_model),
       INT_FIELD(model, n_head), INT_FIELD(model, d_ff), INT_FIELD(model, n_ctx),
       REAL_FIELD(model, embd_pdrop), REAL_FIELD(model, resid_pdrop), REAL_FIELD(model, layer_norm_eps),
-      REAL_FIELD(model, init_range), INT_FIELD(model, seed),
+      REAL_FIELD(model, init_range), INT_FIELD(model, seed), STR_FIELD(model, sharing),
+      INT_FIELD(model, embedding_dim), STR_FIELD(model, recompute),
       STR_FIELD(train, data), STR_FIELD(train, optimizer), REAL_FIELD(train, lr), STR_FIELD(train, schedule),
       INT_FIELD(train, warmup_steps), REAL_FIELD(train, min_lr_ratio), REAL_FIELD(train, beta1),
       REAL_FIELD(train, beta2), REAL_FIELD(train, eps), REAL_FIELD(train, weight_decay),
@@ -79,7 +80,7 @@ const std::vector<Field>& fields() {
       INT_FIELD(train, micro_batch), INT_FIELD(train, global_batch), INT_FIELD(train, steps),
       INT_FIELD(train, eval_every), INT_FIELD(train, eval_batches), INT_FIELD(train, log_every),
       INT_FIELD(train, checkpoint_every), INT_FIELD(train, keep_checkpoints), INT_FIELD(train, threads),
-      INT_FIELD(train, seed),
+      INT_FIELD(train, seed), STR_FIELD(train, precision),
   };
   return table;
 }
@@ -201,6 +202,13 @@ void validate(const Config& c) {
   need(t.keep_checkpoints >= 1, "train.keep_checkpoints must be at least 1");
   need(t.clip_norm >= 0, "train.clip_norm must not be negative");
   need(t.threads >= 0, "train.threads must not be negative");
+  need(m.sharing == "none" || m.sharing == "all" || m.sharing == "attention" || m.sharing == "ffn",
+       "model.sharing must be none, all, attention or ffn, got '" + m.sharing + "'");
+  need(m.embedding_dim >= 0 && m.embedding_dim <= m.d_model, "model.embedding_dim must be 0 (off) or at most d_model");
+  need(m.recompute == "none" || m.recompute == "cheap" || m.recompute == "layers",
+       "model.recompute must be none, cheap or layers, got '" + m.recompute + "'");
+  need(t.precision == "fp32" || t.precision == "bf16" || t.precision == "fp16",
+       "train.precision must be fp32, bf16 or fp16, got '" + t.precision + "'");
 }
 
 std::string config_to_json(const Config& c) {

@@ -21,6 +21,13 @@ struct ModelConfig {
   double layer_norm_eps = 1e-6;
   double init_range = 0.02;
   uint64_t seed = 1;          // initialization
+  // Lighter models (ALBERT): which layer parameters all layers share
+  // ("none" | "all" | "attention" | "ffn"), the factorized embedding width E
+  // (0: no factorization, E = D), and what the backward pass recomputes
+  // instead of storing ("none" | "cheap": ReLU and LayerNorm outputs | "layers").
+  std::string sharing = "none";
+  int64_t embedding_dim = 0;
+  std::string recompute = "none";
   int64_t head_dim() const { return d_model / n_head; }
 };
 
@@ -45,6 +52,7 @@ struct TrainConfig {
   int64_t keep_checkpoints = 3;
   int64_t threads = 0;           // 0: all cores
   uint64_t seed = 1;             // data sampling and dropout
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision, fp32 master weights)
 };
 
 struct Config {
