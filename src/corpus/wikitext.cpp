@@ -262,9 +262,11 @@ std::string strip_brackets(std::string_view s) {
     } else if (c == ']' && d == ']' && !stack.empty() && stack.back().kind == Frame::kLink) {
       out += link_text(close(Frame::kLink));
       i += 2;
-    } else {
-      out.push_back(c);
-      ++i;
+    } else {  // copy the run up to the next bracket or bar in one go
+      size_t j = i + 1;
+      while (j < n && s[j] != '{' && s[j] != '}' && s[j] != '[' && s[j] != ']' && s[j] != '|') ++j;
+      out.append(s.data() + i, j - i);
+      i = j;
     }
   }
   return out;  // frames still open: their opener is dropped, their content kept
@@ -329,8 +331,10 @@ std::string clean_inline(std::string_view line) {
         continue;
       }
     }
-    out.push_back(c);
-    ++i;
+    size_t j = i + 1;  // copy the run up to the next quote, bracket or underscore in one go
+    while (j < line.size() && line[j] != '\'' && line[j] != '[' && line[j] != '_') ++j;
+    out.append(line.data() + i, j - i);
+    i = j;
   }
   return out;
 }
