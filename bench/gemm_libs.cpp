@@ -11,9 +11,15 @@
 // own ctrl::cpu::gemm_f32 / gemm_bf16 for comparison.
 //
 // Usage: gemm_libs [--threads 1,2] [--libs openblas,blis,dnnl_sgemm,dnnl_matmul,ctrl]
-//                  [--seconds 0.3] [--shapes substring]
-// Prints one table per thread count: GFLOP/s per library and shape, and the
-// ratio of each to the best library on that shape.
+//                  [--seconds 0.1] [--rounds 3] [--shapes substring]
+//                  [--idle-wait S]   (before each timing, wait up to S seconds
+//                                     until no other process is runnable; rows
+//                                     timed on a busy machine are marked '*')
+// Prints one table per thread count: GFLOP/s per library and shape (best
+// repeat over `rounds` interleaved rounds of `seconds` each), and the ratio of
+// each to the best fp32 library on that shape.
+// BLIS 0.9 does not recognise AMD family 0x1A (Zen 5) and falls back to its
+// generic kernels; run with BLIS_ARCH_TYPE=0 to force its skx (AVX-512) kernels.
 //
 // Note: OpenBLAS and BLIS both export cblas_sgemm; OpenBLAS is linked first so
 // the cblas_* names resolve to it, and BLIS is called only through bli_*.
@@ -32,6 +38,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ops/cpu/gemm.h"
@@ -163,7 +170,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// GFLOP/s of lib on s: one warm-up, then repeats for at least `secs` (3 at least).
+// GFLOP/s of lib on s: the fastest of the repeats made in `secs` (3 at least),
+// after one warm-up call. The best repeat, not the mean, because the machine is
+// shared: other processes only ever make a repeat slower.
 double time_lib(const Lib& lib, const Shape& s, const void* A, const void* B, float* C,
                 double secs) {
   const int heads = std::max(1, s.heads);
@@ -181,13 +190,41 @@ double time_lib(const Lib& lib, const Shape& s, const void* A, const void* B, fl
   };
   once();
   int reps = 0;
+  double best = 1e30;
   const auto t0 = std::chrono::steady_clock::now();
   do {
+    const auto t1 = std::chrono::steady_clock::now();
     once();
+    best = std::min(best, seconds_since(t1));
     ++reps;
   } while (reps < 3 || seconds_since(t0) < secs);
-  const double flops = 2.0 * s.M * s.N * s.K * heads * reps;
-  return flops / seconds_since(t0) / 1e9;
+  return 2.0 * s.M * s.N * s.K * heads / best / 1e9;
+}
+
+// Runnable processes on the machine right now (4th field of /proc/loadavg,
+// which counts this process too).
+int runnable_now() {
+  FILE* f = std::fopen("/proc/loadavg", "r");
+  if (!f) return 1;
+  double l1, l5, l15;
+  int running = 1, total = 0;
+  if (std::fscanf(f, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &running, &total) != 5) running = 1;
+  std::fclose(f);
+  return running;
+}
+
+// The machine is shared: waits (up to max_wait seconds) until no other process
+// is runnable, so a timing is not taken while someone else computes. Returns
+// whether the machine was idle.
+bool wait_for_idle(double max_wait) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int idle_polls = 0;
+  while (seconds_since(t0) < max_wait) {
+    idle_polls = runnable_now() <= 1 ? idle_polls + 1 : 0;
+    if (idle_polls >= 3) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -208,7 +245,9 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   std::string libs_arg = "openblas,blis,dnnl_sgemm,dnnl_matmul,ctrl";
   std::string shape_filter;
-  double secs = 0.3;
+  double secs = 0.1;
+  int rounds = 3;
+  double idle_wait = 0;  // seconds to wait for an idle machine before each timing
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--threads") {
@@ -218,6 +257,10 @@ int main(int argc, char** argv) {
       libs_arg = v;
     } else if (k == "--seconds") {
       secs = std::atof(v.c_str());
+    } else if (k == "--idle-wait") {
+      idle_wait = std::atof(v.c_str());
+    } else if (k == "--rounds") {
+      rounds = std::max(1, std::atoi(v.c_str()));
     } else if (k == "--shapes") {
       shape_filter = v;
     } else {
@@ -292,7 +335,9 @@ int main(int argc, char** argv) {
                       run_matmul(mm_cache.at(key(s, bf16)), s, bf16, A, B, C);
                     },
                     [&, bf16](const Shape& s) {
-                      // Primitives depend on the thread count at creation: make a fresh one.
+                      // Primitives depend on the thread count at creation: one per
+                      // shape and table; the first creation includes JIT compilation.
+                      if (mm_cache.count(key(s, bf16))) return;
                       if (s.heads > 0) {
                         DnnlMatmul m;
 #pragma omp parallel num_threads(1)
@@ -335,6 +380,7 @@ int main(int argc, char** argv) {
     for (auto& l : libs) std::printf(" %17s", l.name.c_str());
     std::printf("\n");
     std::vector<double> create_ms;
+    const auto t_table = std::chrono::steady_clock::now();
     for (auto& s : all) {
       const int heads = std::max(1, s.heads);
       const size_t a_sz = rows_a(s) * cols_a(s) * heads, b_sz = rows_b(s) * cols_b(s) * heads,
@@ -348,25 +394,32 @@ int main(int argc, char** argv) {
       };
       for (size_t i = 0; i < a_sz; ++i) A16[i] = to_bf16(A[i] = rnd());
       for (size_t i = 0; i < b_sz; ++i) B16[i] = to_bf16(B[i] = rnd());
-      std::vector<double> g;
-      for (auto& l : libs) {
-        if (l.prepare) l.prepare(s);
-        std::fill(C.begin(), C.end(), 0.f);
-        g.push_back(l.bf16 ? time_lib(l, s, A16.data(), B16.data(), C.data(), secs)
-                           : time_lib(l, s, A.data(), B.data(), C.data(), secs));
-      }
+      // Libraries take turns for `rounds` rounds, so a burst of load from
+      // other processes does not fall on one library only; best round kept.
+      std::vector<double> g(libs.size(), 0.0);
+      bool busy = false;
+      for (int round = 0; round < rounds; ++round)
+        for (size_t i = 0; i < libs.size(); ++i) {
+          const auto& l = libs[i];
+          if (l.prepare) l.prepare(s);
+          if (idle_wait > 0 && !wait_for_idle(idle_wait)) busy = true;
+          std::fill(C.begin(), C.end(), 0.f);
+          g[i] = std::max(g[i], l.bf16 ? time_lib(l, s, A16.data(), B16.data(), C.data(), secs)
+                                       : time_lib(l, s, A.data(), B.data(), C.data(), secs));
+        }
       double best = 0;
       for (size_t i = 0; i < libs.size(); ++i)
         if (!libs[i].bf16 && libs[i].name.rfind("ctrl", 0) != 0) best = std::max(best, g[i]);
       char dims[64];
       std::snprintf(dims, sizeof dims, "%ldx%ldx%ld", long(s.M), long(s.N), long(s.K));
-      std::printf("%-24s %14s", s.name.c_str(), dims);
+      std::printf("%-24s%c%14s", s.name.c_str(), busy ? '*' : ' ', dims);
       for (double v : g) std::printf(" %8.1f (%5.2fx)", v, best > 0 ? v / best : 0.0);
       std::printf("\n");
       std::fflush(stdout);
       for (auto& [k, m] : mm_cache) create_ms.push_back(m.create_ms);
       mm_cache.clear();
     }
+    std::printf("table time %.0f s\n", seconds_since(t_table));
     if (!create_ms.empty()) {
       std::sort(create_ms.begin(), create_ms.end());
       std::printf("oneDNN matmul primitive creation: median %.3f ms, max %.3f ms (%zu primitives)\n",
