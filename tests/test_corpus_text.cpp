@@ -1,4 +1,4 @@
-// Plain text, JSON lines, WikiExtractor output, byte streams and source dispatch (files, directories, globs).
+// Plain text, JSON lines, byte streams and source dispatch (files, directories, globs).
 #include <bzlib.h>
 #include <gtest/gtest.h>
 
@@ -69,26 +69,6 @@ TEST(CorpusText, JsonLinesWithControlCodesAndBadLines) {
   EXPECT_EQ(c.docs[2].title, "題");
   EXPECT_EQ(c.stats.warnings, 2u);  // one line that is not JSON, one without "text"
   EXPECT_EQ(c.stats.dropped.at("bad_json"), 2u);
-}
-
-TEST(CorpusText, WikiExtractorJsonAndDocFormatsPlainAndBz2) {
-  const Collected json = read_path(kData + "/wikiextractor.json", "Wikipedia");
-  ASSERT_EQ(json.docs.size(), 2u);
-  EXPECT_EQ(json.docs[0].title, "アンパサンド");
-  EXPECT_EQ(json.docs[0].text, "アンパサンド (&) は記号である。\n\n<b>の例。");
-  EXPECT_EQ(json.docs[1].title, "言語");
-  const Collected doc = read_path(kData + "/wikiextractor_doc.txt", "Wikipedia");
-  ASSERT_EQ(doc.docs.size(), 2u);
-  EXPECT_EQ(doc.docs[0].title, "アンパサンド");
-  EXPECT_EQ(doc.docs[0].text, json.docs[0].text);
-  EXPECT_EQ(doc.docs[1].text, json.docs[1].text);
-  EXPECT_EQ(doc.stats.warnings, 1u);  // the last <doc> is not closed
-
-  const std::string dir = temp_dir("wikiextractor");
-  ctrl::write_file_atomically(dir + "/wiki_00.bz2", bz2(ctrl::read_file(kData + "/wikiextractor.json")));
-  const Collected compressed = read_path(dir + "/wiki_00.bz2", "Wikipedia");
-  ASSERT_EQ(compressed.docs.size(), 2u);
-  EXPECT_EQ(compressed.docs[1].text, json.docs[1].text);
 }
 
 TEST(CorpusText, DirectoryOfMixedFilesInSortedOrder) {
