@@ -7,24 +7,30 @@
 namespace ctrl {
 
 Model::Model(const ModelConfig& config, Ops& ops, int64_t max_batch)
-    : config_(config), ops_(ops), layout_(make_param_layout(config)),
+    : config_(config),
+      ops_(ops),
+      layout_(make_param_layout(config)),
       acts_layout_(make_activation_layout(config, max_batch)) {
   params = Buffer(layout_.total);
   grads = Buffer(layout_.total);
   activations_ = Buffer(acts_layout_.total);
   for (int l = 0; l < int(config.n_layer); ++l) {
-    const std::string h = "transformer.h." + std::to_string(l) + ".";
-    const std::string a = h + "multi_head_attention.";
-    auto at = [&](const std::string& n) { return layout_.get(n).offset; };
+    auto at = [&](const std::string& suffix) { return layout_.get(layer_param_name(config, l, suffix)).offset; };
+    const std::string a = "multi_head_attention.";
     lp_.push_back({at(a + "Wq.weight"), at(a + "Wq.bias"), at(a + "dense.weight"), at(a + "dense.bias"),
-                   at(h + "layernorm1.weight"), at(h + "layernorm1.bias"), at(h + "ffn.0.weight"),
-                   at(h + "ffn.0.bias"), at(h + "ffn.2.weight"), at(h + "ffn.2.bias"), at(h + "layernorm2.weight"),
-                   at(h + "layernorm2.bias")});
+                   at("layernorm1.weight"), at("layernorm1.bias"), at("ffn.0.weight"), at("ffn.0.bias"),
+                   at("ffn.2.weight"), at("ffn.2.bias"), at("layernorm2.weight"), at("layernorm2.bias")});
   }
   wte_ = layout_.get("transformer.w.weight").offset;
   lnf_w_ = layout_.get("transformer.layernorm.weight").offset;
   lnf_b_ = layout_.get("transformer.layernorm.bias").offset;
   head_b_ = layout_.get("lm_head.bias").offset;
+  if (factorized()) {
+    proj_in_w_ = layout_.get("transformer.w_proj_in.weight").offset;
+    proj_in_b_ = layout_.get("transformer.w_proj_in.bias").offset;
+    proj_out_w_ = layout_.get("transformer.w_proj_out.weight").offset;
+    proj_out_b_ = layout_.get("transformer.w_proj_out.bias").offset;
+  }
 }
 
 void Model::init_weights() {
@@ -32,8 +38,8 @@ void Model::init_weights() {
   for (size_t i = 0; i < layout_.tensors.size(); ++i) {
     const ParamTensor& t = layout_.tensors[i];
     float* p = params.data() + t.offset;
-    const bool is_layernorm_weight = t.name.find("layernorm") != std::string::npos &&
-                                     t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+    const bool is_layernorm_weight = t.name.find("layernorm") != std::string::npos && t.name.size() > 7 &&
+                                     t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
     if (t.is_matrix) {
       for (size_t j = 0; j < t.numel; ++j) p[j] = float(config_.init_range * random_normal(config_.seed, i, j));
     } else if (is_layernorm_weight) {
@@ -50,52 +56,78 @@ DropoutSpec Model::dropout(double p, bool training, uint64_t seed, uint64_t stre
 
 void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed) {
   CTRL_ASSERT(B * T <= acts_layout_.B * acts_layout_.T && T <= config_.n_ctx);
+  const int64_t N = B * T, D = config_.d_model, E = embedding_width(config_);
+  const size_t ND = size_t(N * D);
+  float* P = params.data();
+  const auto& A = acts_layout_;
+  float* x0 = act(A.layers[0].x_in);
+  if (factorized()) {  // CTRL's embedding at width E (token × √E + E-wide positions), then Linear E→D
+    ops_.embedding_forward(act(A.emb), tokens, P + wte_, B, T, E, std::sqrt(float(E)));
+    ops_.linear_forward(x0, act(A.emb), P + proj_in_w_, P + proj_in_b_, N, D, E);
+  } else {
+    ops_.embedding_forward(x0, tokens, P + wte_, B, T, D, std::sqrt(float(D)));
+  }
+  ops_.dropout(x0, ND, dropout(config_.embd_pdrop, training, seed, 0));
+  for (int l = 0; l < int(config_.n_layer); ++l) layer_forward(l, B, T, training, seed, true);
+  ops_.layernorm_forward(act(A.lnf_out), act(A.lnf_mean), act(A.lnf_rstd), act(A.x_out), P + lnf_w_, P + lnf_b_, N, D,
+                         float(config_.layer_norm_eps));
+  if (factorized())  // Linear D→E before the tied E-wide head
+    ops_.linear_forward(act(A.head_in), act(A.lnf_out), P + proj_out_w_, P + proj_out_b_, N, E, D);
+}
+
+void Model::layer_forward(int l, int64_t B, int64_t T, bool training, uint64_t seed, bool to_output) {
   const int64_t N = B * T, D = config_.d_model, F = config_.d_ff, H = config_.n_head;
   const size_t ND = size_t(N * D);
   float* P = params.data();
   const auto& A = acts_layout_;
+  const auto& L = A.layers[size_t(l)];
+  const auto& W = lp_[size_t(l)];
   float* branch = act(A.d_x2);  // backward scratch doubles as the branch output in forward
-
-  ops_.embedding_forward(act(A.layers[0].x_in), tokens, P + wte_, B, T, D, std::sqrt(float(D)));
-  ops_.dropout(act(A.layers[0].x_in), ND, dropout(config_.embd_pdrop, training, seed, 0));
-  for (int l = 0; l < int(config_.n_layer); ++l) {
-    const auto& L = A.layers[size_t(l)];
-    const auto& W = lp_[size_t(l)];
-    float* x_out = l + 1 < int(config_.n_layer) ? act(A.layers[size_t(l) + 1].x_in) : act(A.x_out);
-    ops_.layernorm_forward(act(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), act(L.x_in), P + W.ln1_w, P + W.ln1_b, N,
-                           D, 1e-6f);
-    ops_.linear_forward(act(L.qkv), act(L.ln1_out), P + W.wqkv, P + W.bqkv, N, 3 * D, D);
-    ops_.attention_forward(act(L.att), act(L.probs), act(L.qkv), B, T, D, H);
-    ops_.linear_forward(branch, act(L.att), P + W.wdense, P + W.bdense, N, D, D);
-    ops_.residual_add(act(L.x_mid), act(L.x_in), branch, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
-    ops_.layernorm_forward(act(L.ln2_out), act(L.ln2_mean), act(L.ln2_rstd), act(L.x_mid), P + W.ln2_w, P + W.ln2_b,
-                           N, D, 1e-6f);
-    ops_.linear_forward(act(L.ffn_h), act(L.ln2_out), P + W.w0, P + W.b0, N, F, D);
-    ops_.relu_forward(act(L.ffn_h), size_t(N * F));
-    ops_.linear_forward(branch, act(L.ffn_h), P + W.w2, P + W.b2, N, D, F);
-    ops_.residual_add(x_out, act(L.x_mid), branch, ND, dropout(config_.resid_pdrop, training, seed, 2 + 2 * l));
-  }
-  ops_.layernorm_forward(act(A.lnf_out), act(A.lnf_mean), act(A.lnf_rstd), act(A.x_out), P + lnf_w_, P + lnf_b_, N, D,
-                         float(config_.layer_norm_eps));
+  ops_.layernorm_forward(act(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), act(L.x_in), P + W.ln1_w, P + W.ln1_b, N, D,
+                         1e-6f);
+  ops_.linear_forward(act(L.qkv), act(L.ln1_out), P + W.wqkv, P + W.bqkv, N, 3 * D, D);
+  ops_.attention_forward(act(L.att), act(L.probs), act(L.qkv), B, T, D, H);
+  ops_.linear_forward(branch, act(L.att), P + W.wdense, P + W.bdense, N, D, D);
+  ops_.residual_add(act(L.x_mid), act(L.x_in), branch, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
+  ops_.layernorm_forward(act(L.ln2_out), act(L.ln2_mean), act(L.ln2_rstd), act(L.x_mid), P + W.ln2_w, P + W.ln2_b, N, D,
+                         1e-6f);
+  ops_.linear_forward(act(L.ffn_h), act(L.ln2_out), P + W.w0, P + W.b0, N, F, D);
+  ops_.relu_forward(act(L.ffn_h), size_t(N * F));
+  if (!to_output) return;
+  float* x_out = l + 1 < int(config_.n_layer) ? act(A.layers[size_t(l) + 1].x_in) : act(A.x_out);
+  ops_.linear_forward(branch, act(L.ffn_h), P + W.w2, P + W.b2, N, D, F);
+  ops_.residual_add(x_out, act(L.x_mid), branch, ND, dropout(config_.resid_pdrop, training, seed, 2 + 2 * l));
 }
 
-// Expects the gradient of the loss w.r.t. the final LayerNorm's output in d_ln.
 void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed) {
-  const int64_t N = B * T, D = config_.d_model, F = config_.d_ff, H = config_.n_head;
+  const int64_t N = B * T, D = config_.d_model, F = config_.d_ff, H = config_.n_head, E = embedding_width(config_);
   const size_t ND = size_t(N * D);
   float* P = params.data();
   float* G = grads.data();
   const auto& A = acts_layout_;
+  const bool cheap = config_.recompute == "cheap", whole_layers = config_.recompute == "layers";
   float* d_x = act(A.d_x);    // gradient of the residual stream
   float* d_br = act(A.d_x2);  // gradient of a branch output (after dropout backward)
   float* d_ln = act(A.d_ln);
 
+  if (factorized())  // head_in = lnf_out · w_proj_outᵀ + b
+    ops_.linear_backward(d_ln, G + proj_out_w_, G + proj_out_b_, act(A.d_emb), act(A.lnf_out), P + proj_out_w_, N, E, D,
+                         false);
   ops_.fill(d_x, ND, 0.0f);
-  ops_.layernorm_backward(d_x, G + lnf_w_, G + lnf_b_, d_ln, act(A.x_out), act(A.lnf_mean), act(A.lnf_rstd),
-                          P + lnf_w_, N, D);
+  ops_.layernorm_backward(d_x, G + lnf_w_, G + lnf_b_, d_ln, act(A.x_out), act(A.lnf_mean), act(A.lnf_rstd), P + lnf_w_,
+                          N, D);
   for (int l = int(config_.n_layer) - 1; l >= 0; --l) {
     const auto& L = A.layers[size_t(l)];
     const auto& W = lp_[size_t(l)];
+    // Recomputation refills what the forward did not keep, with the same
+    // inputs, parameters and dropout masks, so the values are bit-identical.
+    if (whole_layers) layer_forward(l, B, T, training, seed, false);
+    if (cheap) {
+      ops_.layernorm_forward(act(L.ln2_out), act(L.ln2_mean), act(L.ln2_rstd), act(L.x_mid), P + W.ln2_w, P + W.ln2_b,
+                             N, D, 1e-6f);
+      ops_.linear_forward(act(L.ffn_h), act(L.ln2_out), P + W.w0, P + W.b0, N, F, D);
+      ops_.relu_forward(act(L.ffn_h), size_t(N * F));
+    }
     // x_out = x_mid + dropout(ffn(ln2(x_mid)))
     ops_.copy(d_br, d_x, ND);
     ops_.dropout(d_br, ND, dropout(config_.resid_pdrop, training, seed, 2 + 2 * l));
@@ -105,6 +137,9 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
     ops_.layernorm_backward(d_x, G + W.ln2_w, G + W.ln2_b, d_ln, act(L.x_mid), act(L.ln2_mean), act(L.ln2_rstd),
                             P + W.ln2_w, N, D);
     // x_mid = x_in + dropout(dense(attention(qkv(ln1(x_in)))))
+    if (cheap)  // ln1_out shares its scratch with ln2_out
+      ops_.layernorm_forward(act(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), act(L.x_in), P + W.ln1_w, P + W.ln1_b, N,
+                             D, 1e-6f);
     ops_.copy(d_br, d_x, ND);
     ops_.dropout(d_br, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
     ops_.linear_backward(act(A.d_att), G + W.wdense, G + W.bdense, d_br, act(L.att), P + W.wdense, N, D, D, false);
@@ -114,7 +149,12 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
                             P + W.ln1_w, N, D);
   }
   ops_.dropout(d_x, ND, dropout(config_.embd_pdrop, training, seed, 0));
-  ops_.embedding_backward(G + wte_, d_x, tokens, B, T, D, std::sqrt(float(D)));
+  if (factorized()) {
+    ops_.linear_backward(act(A.d_emb), G + proj_in_w_, G + proj_in_b_, d_x, act(A.emb), P + proj_in_w_, N, D, E, false);
+    ops_.embedding_backward(G + wte_, act(A.d_emb), tokens, B, T, E, std::sqrt(float(E)));
+  } else {
+    ops_.embedding_backward(G + wte_, d_x, tokens, B, T, D, std::sqrt(float(D)));
+  }
 }
 
 LossSum Model::forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float grad_scale,
@@ -124,8 +164,8 @@ LossSum Model::forward_backward(const int32_t* tokens, const int32_t* targets, i
   const int64_t N = B * T;
   LossSum loss;
   for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
-  loss.sum = ops_.lm_head_loss(act(A.lnf_out), params.data() + wte_, params.data() + head_b_, targets, N,
-                               config_.d_model, config_.vocab_size, grad_scale, act(A.d_ln), grads.data() + wte_,
+  loss.sum = ops_.lm_head_loss(head_input(), params.data() + wte_, params.data() + head_b_, targets, N,
+                               embedding_width(config_), config_.vocab_size, grad_scale, d_head(), grads.data() + wte_,
                                grads.data() + head_b_, nullptr, act(A.logits), A.logits_rows);
   backward(tokens, B, T, true, dropout_seed);
   return loss;
@@ -137,16 +177,16 @@ LossSum Model::evaluate(const int32_t* tokens, const int32_t* targets, int64_t B
   const int64_t N = B * T;
   LossSum loss;
   for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
-  loss.sum = ops_.lm_head_loss(act(A.lnf_out), params.data() + wte_, params.data() + head_b_, targets, N,
-                               config_.d_model, config_.vocab_size, 0.0f, nullptr, nullptr, nullptr, row_loss,
+  loss.sum = ops_.lm_head_loss(head_input(), params.data() + wte_, params.data() + head_b_, targets, N,
+                               embedding_width(config_), config_.vocab_size, 0.0f, nullptr, nullptr, nullptr, row_loss,
                                act(A.logits), A.logits_rows);
   return loss;
 }
 
 void Model::logits(const int32_t* tokens, int64_t B, int64_t T, float* out) {
   forward(tokens, B, T, false, 0);
-  ops_.linear_forward(out, act(acts_layout_.lnf_out), params.data() + wte_, params.data() + head_b_, B * T,
-                      config_.vocab_size, config_.d_model);
+  ops_.linear_forward(out, head_input(), params.data() + wte_, params.data() + head_b_, B * T, config_.vocab_size,
+                      embedding_width(config_));
 }
 
 }  // namespace ctrl

@@ -50,8 +50,19 @@ class Model {
 
  private:
   void forward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed);
+  // Layer l's forward from its saved input x_in. With to_output it ends in the
+  // next layer's input (or x_out); without, it stops once everything the
+  // backward reads exists (after the ReLU), as recompute="layers" needs.
+  void layer_forward(int l, int64_t B, int64_t T, bool training, uint64_t seed, bool to_output);
+  // Expects the gradient of the summed loss w.r.t. the head's input in d_head().
   void backward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed);
+  bool factorized() const { return config_.embedding_dim > 0; }
+  // The tied head's input ([N, E] after w_proj_out, or the final LayerNorm's
+  // [N, D] output) and the scratch that receives its gradient.
+  float* head_input() { return act(factorized() ? acts_layout_.head_in : acts_layout_.lnf_out); }
+  float* d_head() { return act(factorized() ? acts_layout_.d_emb : acts_layout_.d_ln); }
   DropoutSpec dropout(double p, bool training, uint64_t seed, uint64_t stream) const;
+  float* branch_gradient(float* d_stream, float* scratch, size_t n, const DropoutSpec& spec);
   float* act(size_t offset) { return activations_.data() + offset; }
 
   ModelConfig config_;
@@ -59,12 +70,14 @@ class Model {
   ParamLayout layout_;
   ActivationLayout acts_layout_;
   Buffer activations_;
-  // Per-layer parameter offsets, resolved once.
+  // Per-layer parameter offsets, resolved once; layers that share a block
+  // (config.sharing) hold the same offsets, so their gradients add up there.
   struct LayerParams {
     size_t wqkv, bqkv, wdense, bdense, ln1_w, ln1_b, w0, b0, w2, b2, ln2_w, ln2_b;
   };
   std::vector<LayerParams> lp_;
   size_t wte_, lnf_w_, lnf_b_, head_b_;
+  size_t proj_in_w_ = 0, proj_in_b_ = 0, proj_out_w_ = 0, proj_out_b_ = 0;  // factorized embedding only
 };
 
 }  // namespace ctrl
