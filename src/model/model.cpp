@@ -50,7 +50,7 @@ void Model::init_weights() {
 
 DropoutSpec Model::dropout(double p, bool training, uint64_t seed, uint64_t stream) const {
   DropoutSpec s;
-  if (training) s.p = float(p), s.seed = seed, s.stream = stream;
+  if (training) s.p = float(p), s.seed = seed, s.stream = stream, s.first_index = first_index_;
   return s;
 }
 
@@ -147,6 +147,7 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
     ops_.linear_backward(d_ln, G + W.wqkv, G + W.bqkv, act(A.d_qkv), act(L.ln1_out), P + W.wqkv, N, 3 * D, D, false);
     ops_.layernorm_backward(d_x, G + W.ln1_w, G + W.ln1_b, d_ln, act(L.x_in), act(L.ln1_mean), act(L.ln1_rstd),
                             P + W.ln1_w, N, D);
+    if (layer_hook_) layer_hook_(l);
   }
   ops_.dropout(d_x, ND, dropout(config_.embd_pdrop, training, seed, 0));
   if (factorized()) {
@@ -158,7 +159,8 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
 }
 
 LossSum Model::forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float grad_scale,
-                                uint64_t dropout_seed) {
+                                uint64_t dropout_seed, uint64_t first_sequence) {
+  first_index_ = first_sequence * uint64_t(T * config_.d_model);
   forward(tokens, B, T, true, dropout_seed);
   const auto& A = acts_layout_;
   const int64_t N = B * T;

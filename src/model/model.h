@@ -3,6 +3,7 @@
 // layout.h, computed through the Ops interface.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/buffer.h"
@@ -38,9 +39,14 @@ class Model {
 
   // One micro-batch: tokens and targets are [B, T] (T <= n_ctx, targets < 0
   // ignored). Adds grad_scale · ∂(Σ token losses)/∂θ to the gradients. Dropout
-  // masks derive from dropout_seed. Returns the summed loss.
+  // masks derive from dropout_seed and the global index of the batch's first
+  // sequence (first_sequence), so they do not depend on how a global batch is
+  // split. Returns the summed loss.
   LossSum forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float grad_scale,
-                           uint64_t dropout_seed);
+                           uint64_t dropout_seed, uint64_t first_sequence = 0);
+  // Called after the backward pass has finished each transformer layer's
+  // parameter gradients (layers in reverse order), e.g. to start reducing them.
+  void set_layer_backward_hook(std::function<void(int layer)> hook) { layer_hook_ = std::move(hook); }
   // Forward without dropout or gradients. row_loss (optional, [B*T]) gets each token's loss.
   LossSum evaluate(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float* row_loss = nullptr);
   // Full logits [B, T, V], for tests and small models.
@@ -64,6 +70,8 @@ class Model {
   DropoutSpec dropout(double p, bool training, uint64_t seed, uint64_t stream) const;
   float* branch_gradient(float* d_stream, float* scratch, size_t n, const DropoutSpec& spec);
   float* act(size_t offset) { return activations_.data() + offset; }
+  std::function<void(int)> layer_hook_;
+  uint64_t first_index_ = 0;  // dropout numbering of the current micro-batch
 
   ModelConfig config_;
   Ops& ops_;

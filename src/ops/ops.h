@@ -31,10 +31,14 @@ struct TensorRef {
   }
 };
 
+// Masks are pure functions of (seed, stream, first_index + i), recomputed in
+// backward. The model numbers elements by global sequence index, so a
+// sequence gets the same mask whichever micro-batch or rank processes it.
 struct DropoutSpec {
-  float p = 0;           // probability of zeroing; 0 disables
-  uint64_t seed = 0;     // per step; masks are recomputed from (seed, stream, index) in backward
-  uint64_t stream = 0;   // distinguishes the dropout sites of one step
+  float p = 0;               // probability of zeroing; 0 disables
+  uint64_t seed = 0;
+  uint64_t stream = 0;       // distinguishes the dropout sites (layer, branch)
+  uint64_t first_index = 0;  // index of the buffer's first element
 };
 
 class Ops {

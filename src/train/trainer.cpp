@@ -174,8 +174,9 @@ void Trainer::train_step() {
   double loss_sum = 0;
   for (int64_t m = 0; m < micro_steps; ++m) {
     batches_->train(state_.next_sequence, t.micro_batch, tokens_.data(), targets_.data());
-    const uint64_t dropout_seed = random_bits(t.seed, kDropoutStream, uint64_t(state_.next_sequence));
-    loss_sum += model_->forward_backward(tokens_.data(), targets_.data(), t.micro_batch, T, grad_scale, dropout_seed).sum;
+    loss_sum += model_->forward_backward(tokens_.data(), targets_.data(), t.micro_batch, T, grad_scale,
+                                         random_bits(t.seed, kDropoutStream, 0), uint64_t(state_.next_sequence))
+                    .sum;
     state_.next_sequence += t.micro_batch;
   }
   const double loss = loss_sum / double(t.global_batch * T);

@@ -23,7 +23,7 @@ void CpuOps::relu_backward(TensorRef dx_ref, TensorRef y_ref, size_t n) {
 
 // Kept with probability 1-p and scaled by 1/(1-p), as PyTorch's Dropout.
 static inline float dropout_factor(const DropoutSpec& s, size_t i) {
-  return random_uniform(s.seed, s.stream, i) < s.p ? 0.0f : 1.0f / (1.0f - s.p);
+  return random_uniform(s.seed, s.stream, s.first_index + i) < s.p ? 0.0f : 1.0f / (1.0f - s.p);
 }
 
 void CpuOps::dropout(TensorRef x_ref, size_t n, const DropoutSpec& spec) {
