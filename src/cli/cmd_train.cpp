@@ -10,13 +10,18 @@ namespace ctrl::cli {
 namespace {
 
 const char* kUsage =
-    "usage: ctrl train --config FILE|PRESET --out RUN_DIR [--data DIR] [--set section.key=value]... [--resume]\n\n"
+    "usage: ctrl train --config FILE|PRESET --out RUN_DIR [--data DIR] [--set section.key=value]... [--resume]\n"
+    "                  [--zero 0|1] [--timeout SECONDS]\n\n"
     "Trains a CTRL model. PRESET is tiny, small, base or ctrl; a TOML file has [model] and [train] tables\n"
     "(and may start with preset = \"small\"). --data DIR is a corpus from `ctrl prepare` (same as\n"
     "--set train.data=DIR); without it the model trains on synthetic random tokens.\n"
     "RUN_DIR receives config.json, metrics.jsonl (one JSON line per logged step), loss.svg and\n"
     "checkpoints/step-N.ckpt (the last train.keep_checkpoints are kept). --resume continues from the\n"
-    "newest checkpoint and reproduces the uninterrupted run's losses exactly (same thread count).\n";
+    "newest checkpoint and reproduces the uninterrupted run's losses exactly (same thread count).\n\n"
+    "Data-parallel: `mpirun -np N ctrl train ...` (add --bind-to none so each rank can use several\n"
+    "threads). Each rank takes global_batch/N sequences of every step; --zero 1 shards the optimizer\n"
+    "state across ranks (ZeRO-1). A rank that dies or hangs ends the job after --timeout seconds\n"
+    "(default 600) with an error; the last checkpoint stays intact.\n";
 
 int run(const std::vector<std::string>& argv) {
   Args args("train", kUsage);
@@ -26,6 +31,8 @@ int run(const std::vector<std::string>& argv) {
   args.repeated("set");
   args.boolean("resume");
   args.boolean("quiet");
+  args.flag("zero");
+  args.flag("timeout");
   if (!args.parse(argv)) return 0;
   Config config = load_config(args.require("config"));
   if (args.has("data")) config.train.data = args.get("data");
@@ -35,8 +42,13 @@ int run(const std::vector<std::string>& argv) {
   options.run_dir = args.require("out");
   options.resume = args.has("resume");
   options.quiet = args.has("quiet");
+  options.zero = int(args.get_int("zero", 0));
+  auto comm = make_communicator(args.get_double("timeout", 600));
+  options.comm = comm.get();
   Trainer trainer(config, options);
   trainer.run();
+  if (comm->rank() != 0) return 0;
+  if (comm->size() > 1) std::fprintf(stderr, "data-parallel over %s\n", comm->name().c_str());
   std::fprintf(stderr, "done: %s (peak memory %.0f MiB); loss curve in %s/loss.svg\n", options.run_dir.c_str(),
                double(peak_rss_bytes()) / (1 << 20), options.run_dir.c_str());
   return 0;

@@ -14,13 +14,21 @@ constexpr const char* kFormat = "ctrl-checkpoint";
 constexpr int kVersion = 1;
 }  // namespace
 
-void save_checkpoint(const std::string& path, const CheckpointContents& c, const Model& model, Optimizer* optimizer) {
+OptimizerState full_state(Optimizer& optimizer) {
+  OptimizerState s;
+  s.step = optimizer.step_count();
+  for (auto& [name, buffer] : optimizer.state()) s.buffers.emplace_back(name, buffer->data());
+  return s;
+}
+
+void save_checkpoint(const std::string& path, const CheckpointContents& c, const Model& model,
+                     const OptimizerState* optimizer) {
   SafetensorsWriter w;
   for (const auto& t : model.layout().tensors) w.add(t.name, DType::F32, t.shape, model.params.data() + t.offset);
   if (optimizer)
-    for (auto& [state_name, buffer] : optimizer->state())
+    for (const auto& [state_name, buffer] : optimizer->buffers)
       for (const auto& t : model.layout().tensors)
-        w.add("optimizer." + state_name + "." + t.name, DType::F32, t.shape, buffer->data() + t.offset);
+        w.add("optimizer." + state_name + "." + t.name, DType::F32, t.shape, buffer + t.offset);
   if (!c.tokenizer.empty())
     w.add("tokenizer.model", DType::U8, {int64_t(c.tokenizer.size())}, c.tokenizer.data());
   nlohmann::json codes = nlohmann::json::array();
@@ -29,7 +37,7 @@ void save_checkpoint(const std::string& path, const CheckpointContents& c, const
   w.set_metadata("version", std::to_string(kVersion));
   w.set_metadata("config", config_to_json(c.config));
   w.set_metadata("step", std::to_string(c.state.step));
-  w.set_metadata("optimizer_step", std::to_string(optimizer ? optimizer->step_count() : 0));
+  w.set_metadata("optimizer_step", std::to_string(optimizer ? optimizer->step : 0));
   w.set_metadata("next_sequence", std::to_string(c.state.next_sequence));
   w.set_metadata("elapsed_seconds", std::to_string(c.state.elapsed_seconds));
   w.set_metadata("codes", codes.dump());
@@ -86,12 +94,20 @@ void Checkpoint::load_parameters(Model& model) const {
   for (const auto& t : model.layout().tensors) copy_tensor(*file_, t.name, t, model.params.data() + t.offset);
 }
 
+void Checkpoint::read_optimizer_state(const std::string& name, const ParamLayout& layout, float* out) const {
+  for (const auto& t : layout.tensors) copy_tensor(*file_, "optimizer." + name + "." + t.name, t, out + t.offset);
+}
+
+int64_t Checkpoint::optimizer_step() const { return std::stoll(file_->metadata().at("optimizer_step")); }
+
 void Checkpoint::load_optimizer(Optimizer& optimizer) const {
   const ParamLayout layout = make_param_layout(contents_.config.model);
-  for (auto& [state_name, buffer] : optimizer.state())
-    for (const auto& t : layout.tensors)
-      copy_tensor(*file_, "optimizer." + state_name + "." + t.name, t, buffer->data() + t.offset);
-  optimizer.set_step_count(std::stoll(file_->metadata().at("optimizer_step")));
+  Buffer full(layout.total);
+  for (auto& [state_name, buffer] : optimizer.state()) {
+    read_optimizer_state(state_name, layout, full.data());
+    optimizer.load_state(state_name, full.data());
+  }
+  optimizer.set_step_count(optimizer_step());
 }
 
 std::string checkpoint_path(const std::string& run_dir, int64_t step) {

@@ -34,9 +34,17 @@ struct CheckpointContents {
   std::string tokenizer;  // serialized SentencePiece model; empty if none
 };
 
+// Full-size (layout.total) optimizer state buffers by name, and the step count.
+struct OptimizerState {
+  int64_t step = 0;
+  std::vector<std::pair<std::string, const float*>> buffers;
+};
+
 // optimizer may be null (e.g. an imported or exported model).
 void save_checkpoint(const std::string& path, const CheckpointContents& contents, const Model& model,
-                     Optimizer* optimizer);
+                     const OptimizerState* optimizer);
+// The state of an unsharded optimizer, for save_checkpoint.
+OptimizerState full_state(Optimizer& optimizer);
 
 class Checkpoint {
  public:
@@ -47,6 +55,9 @@ class Checkpoint {
   bool has_optimizer_state(const std::string& optimizer) const;
   // Copies parameters into the model; every tensor's shape must match.
   void load_parameters(Model& model) const;
+  // Reads one full-size optimizer state buffer (e.g. "adamw.m") into out.
+  void read_optimizer_state(const std::string& name, const ParamLayout& layout, float* out) const;
+  int64_t optimizer_step() const;
   void load_optimizer(Optimizer& optimizer) const;
 
  private:

@@ -1,14 +1,17 @@
 #include "train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ctrl {
 
-Optimizer::Optimizer(const TrainConfig& config, const ParamLayout& layout, Ops& ops)
-    : config_(config), layout_(layout), ops_(ops) {
-  v_ = Buffer(layout.total);
+Optimizer::Optimizer(const TrainConfig& config, const ParamLayout& layout, Ops& ops, size_t shard_begin,
+                     size_t shard_size)
+    : config_(config), layout_(layout), ops_(ops), shard_begin_(shard_begin),
+      shard_size_(shard_size ? shard_size : layout.total) {
+  v_ = Buffer(shard_size_);
   if (config.optimizer == "adamw") {
-    m_ = Buffer(layout.total);
+    m_ = Buffer(shard_size_);
   } else {
     ops_.fill(v_.data(), v_.size(), float(config.adagrad_initial_accumulator));
   }
@@ -27,16 +30,20 @@ double Optimizer::clip(Buffer& grads, double max_norm) const {
   return norm;
 }
 
-void Optimizer::step(Buffer& params, const Buffer& grads, double lr) {
+void Optimizer::step(Buffer& params, const float* shard_grads, double lr) {
   ++t_;
+  const size_t end = shard_begin_ + shard_size_;
   for (const auto& t : layout_.tensors) {
-    float* p = params.data() + t.offset;
-    const float* g = grads.data() + t.offset;
+    const size_t lo = std::max(t.offset, shard_begin_), hi = std::min(t.offset + t.numel, end);
+    if (lo >= hi) continue;
+    float* p = params.data() + lo;
+    const float* g = shard_grads + (lo - shard_begin_);
+    const size_t s = lo - shard_begin_, n = hi - lo;
     if (config_.optimizer == "adamw") {
-      ops_.adamw_update(p, g, m_.data() + t.offset, v_.data() + t.offset, t.numel, float(lr), float(config_.beta1),
-                        float(config_.beta2), float(config_.eps), t.is_matrix ? float(config_.weight_decay) : 0.0f, t_);
+      ops_.adamw_update(p, g, m_.data() + s, v_.data() + s, n, float(lr), float(config_.beta1), float(config_.beta2),
+                        float(config_.eps), t.is_matrix ? float(config_.weight_decay) : 0.0f, t_);
     } else {
-      ops_.adagrad_update(p, g, v_.data() + t.offset, t.numel, float(lr));
+      ops_.adagrad_update(p, g, v_.data() + s, n, float(lr));
     }
   }
 }
@@ -44,6 +51,14 @@ void Optimizer::step(Buffer& params, const Buffer& grads, double lr) {
 std::vector<std::pair<std::string, Buffer*>> Optimizer::state() {
   if (config_.optimizer == "adamw") return {{"adamw.m", &m_}, {"adamw.v", &v_}};
   return {{"adagrad.accumulator", &v_}};
+}
+
+void Optimizer::load_state(const std::string& name, const float* full) {
+  for (auto& [n, buffer] : state())
+    if (n == name) {
+      const size_t count = std::min(shard_size_, layout_.total - std::min(layout_.total, shard_begin_));
+      std::copy(full + shard_begin_, full + shard_begin_ + count, buffer->data());
+    }
 }
 
 double learning_rate(const TrainConfig& c, int64_t step) {

@@ -15,7 +15,11 @@ namespace ctrl {
 
 class Optimizer {
  public:
-  Optimizer(const TrainConfig& config, const ParamLayout& layout, Ops& ops);
+  // Keeps state for, and updates, elements [shard_begin, shard_begin +
+  // shard_size) of the flat parameter buffer: everything by default, one
+  // rank's share under ZeRO-1 (then the state holds only that share).
+  Optimizer(const TrainConfig& config, const ParamLayout& layout, Ops& ops, size_t shard_begin = 0,
+            size_t shard_size = 0);
 
   // Global L2 norm of the gradients.
   double grad_norm(const Buffer& grads) const;
@@ -23,18 +27,26 @@ class Optimizer {
   // torch.nn.utils.clip_grad_norm_ does (factor max_norm / (norm + 1e-6)).
   // Returns the norm before clipping.
   double clip(Buffer& grads, double max_norm) const;
-  // One update with learning rate lr; increments step().
-  void step(Buffer& params, const Buffer& grads, double lr);
+  // One update of the shard with learning rate lr; shard_grads[i] is the
+  // gradient of element shard_begin + i. Increments step_count().
+  void step(Buffer& params, const float* shard_grads, double lr);
+  void step(Buffer& params, const Buffer& grads, double lr) { step(params, grads.data() + shard_begin_, lr); }
 
   int64_t step_count() const { return t_; }
   void set_step_count(int64_t t) { t_ = t; }
-  // Optimizer state tensors for checkpoints: name -> buffer (m, v or accumulator).
+  size_t shard_begin() const { return shard_begin_; }
+  size_t shard_size() const { return shard_size_; }
+  // The state buffers by name ("adamw.m", "adamw.v" or "adagrad.accumulator"),
+  // each covering the shard.
   std::vector<std::pair<std::string, Buffer*>> state();
+  // Copies the shard out of a full-size (layout.total) state buffer.
+  void load_state(const std::string& name, const float* full);
 
  private:
   TrainConfig config_;
   const ParamLayout& layout_;
   Ops& ops_;
+  size_t shard_begin_, shard_size_;
   Buffer m_, v_;  // AdamW moments, or v_ as the Adagrad accumulator
   int64_t t_ = 0;
 };

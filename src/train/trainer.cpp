@@ -76,21 +76,31 @@ void draw_loss_curve(const std::string& run_dir) {
 
 double CodeLoss::perplexity() const { return std::exp(loss); }
 
-std::vector<CodeLoss> evaluate_held_out(Model& model, const Batches& batches, int64_t batch, int64_t max_sequences) {
+std::vector<CodeLoss> evaluate_held_out(Model& model, const Batches& batches, int64_t batch, int64_t max_sequences,
+                                        Communicator* comm) {
   std::vector<CodeLoss> out;
   std::vector<int32_t> tokens, targets;
   const int64_t T = batches.context();
+  const int64_t rank = comm ? comm->rank() : 0, size = comm ? comm->size() : 1;
   for (size_t c = 0; c < batches.n_codes(); ++c) {
     const int64_t n = batches.held_out(c, max_sequences, &tokens, &targets);
     if (n == 0) continue;
-    LossSum total;
-    for (int64_t i = 0; i < n; i += batch) {
-      const int64_t b = std::min(batch, n - i);
-      const LossSum l = model.evaluate(tokens.data() + i * T, targets.data() + i * T, b, T);
-      total.sum += l.sum;
-      total.count += l.count;
+    // This rank's windows: rank, rank + size, ...; gathered into consecutive micro-batches.
+    std::vector<int32_t> mine_tokens, mine_targets;
+    for (int64_t i = rank; i < n; i += size) {
+      mine_tokens.insert(mine_tokens.end(), tokens.begin() + i * T, tokens.begin() + (i + 1) * T);
+      mine_targets.insert(mine_targets.end(), targets.begin() + i * T, targets.begin() + (i + 1) * T);
     }
-    out.push_back({batches.code_name(c), total.mean(), total.count});
+    const int64_t mine = int64_t(mine_tokens.size()) / T;
+    double sums[2] = {0, 0};
+    for (int64_t i = 0; i < mine; i += batch) {
+      const int64_t b = std::min(batch, mine - i);
+      const LossSum l = model.evaluate(mine_tokens.data() + i * T, mine_targets.data() + i * T, b, T);
+      sums[0] += l.sum;
+      sums[1] += double(l.count);
+    }
+    if (comm) comm->all_reduce_sum(sums, 2);
+    out.push_back({batches.code_name(c), sums[1] > 0 ? sums[0] / sums[1] : 0.0, int64_t(sums[1])});
   }
   return out;
 }
@@ -98,13 +108,27 @@ std::vector<CodeLoss> evaluate_held_out(Model& model, const Batches& batches, in
 Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(config), options_(options) {
   validate(config_);
   if (config_.train.threads > 0) omp_set_num_threads(int(config_.train.threads));
+  comm_ = options_.comm;
+  if (!comm_) {
+    own_comm_ = make_single_communicator();
+    comm_ = own_comm_.get();
+  }
+  const auto& t = config_.train;
+  const int64_t ranks = comm_->size();
+  if (t.global_batch % (ranks * t.micro_batch) != 0)
+    fail("config " + config_.preset + ": train.global_batch (" + std::to_string(t.global_batch) +
+         ") must be a multiple of ranks x train.micro_batch (" + std::to_string(ranks) + " x " +
+         std::to_string(t.micro_batch) + ")");
+  if (options_.zero != 0 && options_.zero != 1) fail("--zero must be 0 or 1");
+  comm_->check_identical("the configuration", config_to_json(config_));
+  comm_->check_identical("the ctrl build", std::string(CTRL_VERSION) + " " + __DATE__ + " " + __TIME__);
   const std::string& run = options_.run_dir;
-  make_directories(run + "/checkpoints");
+  if (writer()) make_directories(run + "/checkpoints");
 
   TrainState resumed;
   std::unique_ptr<Checkpoint> checkpoint;
-  const auto existing = list_checkpoints(run);
-  if (options_.resume) {
+  const auto existing = writer() ? list_checkpoints(run) : std::vector<std::string>{};
+  if (options_.resume && writer()) {
     // The newest checkpoint that verifies; a damaged newest one falls back to the previous.
     for (auto it = existing.rbegin(); it != existing.rend() && !checkpoint; ++it) {
       try {
@@ -118,7 +142,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
       fail(checkpoint->contents().config.preset + ": the checkpoint's model config differs from --config; resume "
            "with the same model settings");
     resumed = checkpoint->contents().state;
-  } else if (!existing.empty()) {
+  } else if (!options_.resume && !existing.empty()) {
     fail(run + ": already holds checkpoints; pass --resume to continue it or choose another --out");
   }
 
@@ -137,26 +161,74 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   for (size_t c = 0; c < batches_->n_codes(); ++c)
     contents_.codes.push_back({batches_->code_name(c), batches_->code_token(c)});
   contents_.config = config_;
+  if (dataset_) comm_->check_identical("the corpus manifest", dataset_->manifest().sources_json +
+                                                                  std::to_string(dataset_->manifest().tokenizer_crc32));
 
   ops_ = make_cpu_ops();
-  model_ = std::make_unique<Model>(config_.model, *ops_, config_.train.micro_batch);
-  optimizer_ = std::make_unique<Optimizer>(config_.train, model_->layout(), *ops_);
-  if (checkpoint) {
-    checkpoint->load_parameters(*model_);
-    if (checkpoint->has_optimizer_state(config_.train.optimizer)) checkpoint->load_optimizer(*optimizer_);
-    else std::fprintf(stderr, "note: checkpoint has no %s state; the optimizer starts fresh\n",
-                      config_.train.optimizer.c_str());
-    state_ = resumed;
-    truncate_metrics(run + "/metrics.jsonl", state_.step);
+  model_ = std::make_unique<Model>(config_.model, *ops_, t.micro_batch);
+  const ParamLayout& layout = model_->layout();
+  if (options_.zero == 1) {
+    // Shards of equal size; the buffers are padded so reduce-scatter and all-gather tile them exactly.
+    const size_t shard = (layout.total + size_t(ranks) - 1) / size_t(ranks);
+    model_->params = Buffer(shard * size_t(ranks));
+    model_->grads = Buffer(shard * size_t(ranks));
+    grad_shard_ = Buffer(shard);
+    optimizer_ = std::make_unique<Optimizer>(t, layout, *ops_, shard * size_t(comm_->rank()), shard);
   } else {
-    model_->init_weights();
-    write_file_atomically(run + "/config.json", nlohmann::json::parse(config_to_json(config_)).dump(2) + "\n");
+    optimizer_ = std::make_unique<Optimizer>(t, layout, *ops_);
   }
-  const size_t seq = size_t(config_.train.micro_batch * config_.model.n_ctx);
+  for (int l = 0; l < int(config_.model.n_layer); ++l) {
+    size_t lo = SIZE_MAX, hi = 0;
+    for (const auto& p : layout.tensors)
+      if (p.layer == l) lo = std::min(lo, p.offset), hi = std::max(hi, p.offset + p.numel);
+    layer_ranges_.emplace_back(lo, hi);
+  }
+  share_initial_state(checkpoint.get());
+  if (writer()) {
+    if (checkpoint) truncate_metrics(run + "/metrics.jsonl", state_.step);
+    else write_file_atomically(run + "/config.json", nlohmann::json::parse(config_to_json(config_)).dump(2) + "\n");
+    metrics_ = std::fopen((run + "/metrics.jsonl").c_str(), "a");
+    if (!metrics_) fail(run + "/metrics.jsonl: cannot open for writing");
+  }
+  const size_t seq = size_t(t.micro_batch * config_.model.n_ctx);
   tokens_.resize(seq);
   targets_.resize(seq);
-  metrics_ = std::fopen((run + "/metrics.jsonl").c_str(), "a");
-  if (!metrics_) fail(run + "/metrics.jsonl: cannot open for writing");
+}
+
+// Rank 0 initializes or loads the weights, optimizer state and position;
+// every other rank receives them, so all replicas start identical and only
+// rank 0 needs the run directory.
+void Trainer::share_initial_state(const Checkpoint* checkpoint) {
+  const ParamLayout& layout = model_->layout();
+  int64_t flags[4] = {0, 0, 0, 0};  // resumed, has optimizer state, step, next_sequence
+  if (writer()) {
+    if (checkpoint) {
+      checkpoint->load_parameters(*model_);
+      state_ = checkpoint->contents().state;
+      flags[0] = 1;
+      flags[1] = checkpoint->has_optimizer_state(config_.train.optimizer);
+      if (!flags[1])
+        std::fprintf(stderr, "note: checkpoint has no %s state; the optimizer starts fresh\n",
+                     config_.train.optimizer.c_str());
+    } else {
+      model_->init_weights();
+    }
+    flags[2] = state_.step, flags[3] = state_.next_sequence;
+  }
+  comm_->broadcast(flags, sizeof flags, 0);
+  comm_->broadcast(model_->params.data(), layout.total * sizeof(float), 0);
+  comm_->broadcast(&state_.elapsed_seconds, sizeof(double), 0);
+  state_.step = flags[2], state_.next_sequence = flags[3];
+  if (!flags[1]) return;
+  Buffer full(layout.total);
+  for (auto& [name, buffer] : optimizer_->state()) {
+    if (writer()) checkpoint->read_optimizer_state(name, layout, full.data());
+    comm_->broadcast(full.data(), layout.total * sizeof(float), 0);
+    optimizer_->load_state(name, full.data());
+  }
+  int64_t opt_step = writer() ? checkpoint->optimizer_step() : 0;
+  comm_->broadcast(&opt_step, sizeof opt_step, 0);
+  optimizer_->set_step_count(opt_step);
 }
 
 Trainer::~Trainer() {
@@ -166,23 +238,51 @@ Trainer::~Trainer() {
 void Trainer::train_step() {
   const auto& t = config_.train;
   const int64_t T = config_.model.n_ctx;
-  const int64_t micro_steps = t.global_batch / t.micro_batch;
+  const int64_t ranks = comm_->size();
+  const int64_t per_rank = t.global_batch / ranks, micro_steps = per_rank / t.micro_batch;
   // Every target of a training sequence counts, so the mean over the global batch is Σ / (global_batch · T).
   const float grad_scale = 1.0f / float(t.global_batch * T);
   const auto start = Clock::now();
   model_->zero_grads();
   double loss_sum = 0;
+  const int64_t first = state_.next_sequence + comm_->rank() * per_rank;
   for (int64_t m = 0; m < micro_steps; ++m) {
-    batches_->train(state_.next_sequence, t.micro_batch, tokens_.data(), targets_.data());
+    const int64_t seq = first + m * t.micro_batch;
+    // On the last micro-batch, each layer's finished gradients start reducing while backward goes on.
+    const bool overlap = ranks > 1 && options_.zero == 0 && m + 1 == micro_steps;
+    if (overlap)
+      model_->set_layer_backward_hook([this](int layer) {
+        const auto [lo, hi] = layer_ranges_[size_t(layer)];
+        pending_.push_back(comm_->all_reduce_sum_start(model_->grads.data() + lo, hi - lo));
+      });
+    batches_->train(seq, t.micro_batch, tokens_.data(), targets_.data());
     loss_sum += model_->forward_backward(tokens_.data(), targets_.data(), t.micro_batch, T, grad_scale,
-                                         random_bits(t.seed, kDropoutStream, 0), uint64_t(state_.next_sequence))
+                                         random_bits(t.seed, kDropoutStream, 0), uint64_t(seq))
                     .sum;
-    state_.next_sequence += t.micro_batch;
+    if (overlap) model_->set_layer_backward_hook(nullptr);
   }
+  state_.next_sequence += t.global_batch;
+  comm_->all_reduce_sum(&loss_sum, 1);
   const double loss = loss_sum / double(t.global_batch * T);
-  const double norm = optimizer_->clip(model_->grads, t.clip_norm);
   const double lr = learning_rate(t, state_.step);
-  optimizer_->step(model_->params, model_->grads, lr);
+  double norm;
+  if (options_.zero == 1) {
+    // Reduce-scatter: this rank gets the summed gradients of its shard, clips
+    // them with the global norm, updates its shard, and all-gather shares the result.
+    const size_t shard = grad_shard_.size();
+    comm_->reduce_scatter_sum(model_->grads.data(), grad_shard_.data(), shard);
+    double sq = ops_->sum_squares(grad_shard_.data(), shard);
+    comm_->all_reduce_sum(&sq, 1);
+    norm = std::sqrt(sq);
+    if (t.clip_norm > 0 && t.clip_norm / (norm + 1e-6) < 1.0)
+      ops_->scale(grad_shard_.data(), shard, float(t.clip_norm / (norm + 1e-6)));
+    optimizer_->step(model_->params, grad_shard_.data(), lr);
+    comm_->all_gather(model_->params.data() + optimizer_->shard_begin(), model_->params.data(), shard);
+  } else {
+    reduce_gradients();
+    norm = optimizer_->clip(model_->grads, t.clip_norm);
+    optimizer_->step(model_->params, model_->grads, lr);
+  }
   ++state_.step;
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   state_.elapsed_seconds += seconds;
@@ -192,12 +292,23 @@ void Trainer::train_step() {
   log_step(loss, lr, norm, seconds);
 }
 
+// Sums gradients over ranks: the layer buckets already started during
+// backward, then the rest (embedding and output head, final LayerNorm).
+void Trainer::reduce_gradients() {
+  if (comm_->size() == 1) return;
+  const ParamLayout& layout = model_->layout();
+  for (const auto& p : layout.tensors)
+    if (p.layer < 0) pending_.push_back(comm_->all_reduce_sum_start(model_->grads.data() + p.offset, p.numel));
+  if (!pending_.empty()) comm_->wait(pending_.back());
+  pending_.clear();
+}
+
 void Trainer::log_step(double loss, double lr, double norm, double seconds) {
   const auto& t = config_.train;
   window_seconds_ += seconds;
   window_tokens_ += double(t.global_batch * config_.model.n_ctx);
   ++window_steps_;
-  if (state_.step % t.log_every != 0 && state_.step != t.steps) return;
+  if ((state_.step % t.log_every != 0 && state_.step != t.steps) || !writer()) return;
   const double tps = window_tokens_ / window_seconds_, its = double(window_steps_) / window_seconds_;
   nlohmann::ordered_json j;
   j["step"] = state_.step;
@@ -223,8 +334,8 @@ void Trainer::log_step(double loss, double lr, double norm, double seconds) {
 
 void Trainer::evaluate() {
   const auto results = evaluate_held_out(*model_, *batches_, config_.train.micro_batch,
-                                         config_.train.eval_batches * config_.train.micro_batch);
-  if (results.empty()) return;
+                                         config_.train.eval_batches * config_.train.micro_batch, comm_);
+  if (results.empty() || !writer()) return;
   nlohmann::ordered_json j;
   j["step"] = state_.step;
   std::string line = "eval step " + std::to_string(state_.step) + ":";
@@ -241,13 +352,25 @@ void Trainer::evaluate() {
 
 void Trainer::save() {
   contents_.state = state_;
-  save_checkpoint(checkpoint_path(options_.run_dir, state_.step), contents_, *model_, optimizer_.get());
-  prune_checkpoints(options_.run_dir, config_.train.keep_checkpoints);
+  OptimizerState optimizer_state = full_state(*optimizer_);
+  std::vector<Buffer> gathered;
+  if (options_.zero == 1) {  // every rank contributes its shard; rank 0 writes the whole state
+    optimizer_state.buffers.clear();
+    for (auto& [name, buffer] : optimizer_->state()) {
+      gathered.emplace_back(buffer->size() * size_t(comm_->size()));
+      comm_->all_gather(buffer->data(), gathered.back().data(), buffer->size());
+      optimizer_state.buffers.emplace_back(name, gathered.back().data());
+    }
+  }
+  if (writer()) {
+    save_checkpoint(checkpoint_path(options_.run_dir, state_.step), contents_, *model_, &optimizer_state);
+    prune_checkpoints(options_.run_dir, config_.train.keep_checkpoints);
+  }
 }
 
 void Trainer::run() {
   const auto& t = config_.train;
-  if (!options_.quiet)
+  if (!options_.quiet && writer())
     std::fprintf(stderr, "training %s: %.2fM parameters, %lld steps of %lld sequences x %lld tokens, %d threads\n",
                  config_.preset.c_str(), double(model_->layout().count()) / 1e6, static_cast<long long>(t.steps),
                  static_cast<long long>(t.global_batch), static_cast<long long>(config_.model.n_ctx),
@@ -257,10 +380,9 @@ void Trainer::run() {
     if (t.eval_every > 0 && state_.step % t.eval_every == 0) evaluate();
     if (t.checkpoint_every > 0 && state_.step % t.checkpoint_every == 0) save();
   }
-  const auto existing = list_checkpoints(options_.run_dir);
-  if (existing.empty() || existing.back() != checkpoint_path(options_.run_dir, state_.step)) save();
+  if (t.checkpoint_every == 0 || state_.step % t.checkpoint_every != 0) save();
   if (t.eval_every > 0 && state_.step % t.eval_every != 0) evaluate();
-  draw_loss_curve(options_.run_dir);
+  if (writer()) draw_loss_curve(options_.run_dir);
 }
 
 }  // namespace ctrl

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "train/batches.h"
@@ -23,12 +24,20 @@ struct CodeLoss {
 
 // Loss and perplexity per control code over each code's held-out windows
 // (at most max_sequences per code), in micro-batches of `batch` sequences.
-std::vector<CodeLoss> evaluate_held_out(Model& model, const Batches& batches, int64_t batch, int64_t max_sequences);
+// With a communicator of several ranks, rank r evaluates every size-th window
+// and the sums are all-reduced, so every rank returns the same figures.
+std::vector<CodeLoss> evaluate_held_out(Model& model, const Batches& batches, int64_t batch, int64_t max_sequences,
+                                        Communicator* comm = nullptr);
 
 struct TrainerOptions {
   std::string run_dir;
   bool resume = false;
   bool quiet = false;  // no terminal progress (tests)
+  // Data parallelism: each of comm->size() ranks takes global_batch / size
+  // sequences of every step; gradients are summed across ranks. Null: one
+  // process. Only rank 0 writes checkpoints, metrics and the loss curve.
+  Communicator* comm = nullptr;
+  int zero = 0;  // 1: ZeRO-1, optimizer state sharded across ranks
 };
 
 class Trainer {
@@ -47,9 +56,19 @@ class Trainer {
   void evaluate();
   void save();
   void log_step(double loss, double lr, double norm, double step_seconds);
+  void reduce_gradients();
+  void share_initial_state(const Checkpoint* checkpoint);
+  bool writer() const { return comm_->rank() == 0; }
 
   Config config_;
   TrainerOptions options_;
+  std::unique_ptr<Communicator> own_comm_;
+  Communicator* comm_ = nullptr;
+  // Gradient buckets: one per transformer layer (reduced while backward
+  // continues), then the rest (embedding, final LayerNorm, head bias).
+  std::vector<std::pair<size_t, size_t>> layer_ranges_;
+  std::vector<int> pending_;
+  Buffer grad_shard_;  // ZeRO-1: this rank's share of the summed gradients
   std::unique_ptr<Ops> ops_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
