@@ -1,0 +1,93 @@
+// ctrl plan: does a model fit, at what batch, how long does training take and
+// what does it cost, from the engine's own layout tables (plan/plan.h).
+#include <omp.h>
+
+#include <cstdio>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/sysinfo.h"
+#include "ops/cpu/gemm.h"
+#include "plan/plan.h"
+
+namespace ctrl::cli {
+namespace {
+
+const char* kUsage =
+    "usage: ctrl plan --config FILE|PRESET --tokens N [--set section.key=value]... [--precision fp32|bf16|fp16]\n"
+    "                 (--hardware cpu | --machine BENCH.json | --gpu NAME [--gpus N] [--nodes M])\n"
+    "                 [--micro-batch B] [--zero 0|1] [--network-gbps G] [--mfu U] [--memory-gb G]\n"
+    "                 [--price-per-hour P] [--json]\n\n"
+    "Says whether a model trains on the given hardware before anyone rents it: parameters, memory per\n"
+    "rank (fp32 weights, low-precision copy, gradients, optimizer state, activations, workspace,\n"
+    "runtime overhead), whether it fits, the largest micro-batch, gradient accumulation, FLOPs,\n"
+    "tokens/s, all-reduce time per step, days to train --tokens (e.g. 10e9) and the cost.\n"
+    "  --hardware cpu      this machine (memory from /proc/meminfo, GEMM peak measured now, 0.5 s)\n"
+    "  --machine FILE      a CPU measured by `ctrl bench --json`: calibrates the utilisation\n"
+    "  --gpu NAME          from the built-in datasheet table (K80, T4, P100, V100-16GB, V100-32GB,\n"
+    "                      GTX-1080-Ti, RTX-3090, RTX-4090, A100-40GB, A100-80GB, H100, H200);\n"
+    "                      --gpus per node (default 1), --nodes (default 1)\n"
+    "  --micro-batch B     plan with B (default: the largest that fits, dividing the per-rank batch)\n"
+    "  --zero 1            shard the optimizer state over the data-parallel ranks (ZeRO stage 1)\n"
+    "  --network-gbps G    bandwidth between nodes in Gb/s (default 100)\n"
+    "  --mfu U             model-FLOPs utilisation instead of the default or calibrated one\n"
+    "  --memory-gb G       CPU memory instead of this machine's\n"
+    "  --price-per-hour P  per GPU (or per machine for CPUs); adds the cost\n";
+
+int run(const std::vector<std::string>& argv) {
+  Args args("plan", kUsage);
+  for (const char* f : {"config", "tokens", "precision", "hardware", "machine", "gpu", "gpus", "nodes",
+                        "micro-batch", "zero", "network-gbps", "mfu", "memory-gb", "price-per-hour"})
+    args.flag(f);
+  args.repeated("set");
+  args.boolean("json");
+  if (!args.parse(argv)) return 0;
+  if (!args.positional().empty()) fail("ctrl plan: unexpected argument '" + args.positional()[0] + "'");
+
+  plan::Request r;
+  r.config = load_config(args.require("config"));
+  for (const auto& s : args.all("set")) apply_override(r.config, s);
+  if (args.has("precision")) apply_override(r.config, "train.precision=" + args.get("precision"));
+  validate(r.config);
+  r.tokens = args.get_double("tokens", 0);
+  if (!args.has("tokens")) fail("ctrl plan: missing --tokens (how many tokens to train on, e.g. 10e9)");
+
+  const int kinds = int(args.has("gpu")) + int(args.has("hardware") || args.has("machine"));
+  if (kinds != 1) fail("ctrl plan: give exactly one of --hardware cpu, --machine BENCH.json or --gpu NAME");
+  if (args.has("hardware") && args.get("hardware") != "cpu")
+    fail("ctrl plan: --hardware " + args.get("hardware") + ": expected cpu (GPUs: --gpu NAME)");
+  r.gpu = args.get("gpu");
+  r.gpus_per_node = int(args.get_int("gpus", 1));
+  r.nodes = int(args.get_int("nodes", 1));
+  r.micro_batch = args.get_int("micro-batch", 0);
+  if (args.has("micro-batch") && r.micro_batch < 1) fail("ctrl plan: --micro-batch must be at least 1");
+  r.zero = int(args.get_int("zero", 0));
+  r.network_gbps = args.get_double("network-gbps", 100);
+  r.mfu = args.get_double("mfu", 0);
+  if (args.has("mfu") && !(r.mfu > 0)) fail("ctrl plan: --mfu must be in (0, 1]");
+  r.price_per_hour = args.get_double("price-per-hour", 0);
+  if (args.has("memory-gb")) {
+    if (r.gpu.size()) fail("ctrl plan: --memory-gb is for CPUs; a GPU's memory comes from the table");
+    const double g = args.get_double("memory-gb", 0);
+    if (!(g > 0)) fail("ctrl plan: --memory-gb must be positive");
+    r.cpu_memory_bytes = uint64_t(g * double(1ull << 30));
+  }
+  if (args.has("machine")) r.machine = plan::load_machine(args.get("machine"));
+  if (r.gpu.empty()) {
+    r.cpu_name = cpu_model();
+    r.cpu_threads = omp_get_max_threads();
+    const bool calibrated = r.machine && r.machine->precision == r.config.train.precision;
+    if (!calibrated && r.config.train.precision != "fp16")
+      r.cpu_peak_gflops = cpu::measure_gemm_peak_gflops(r.config.train.precision == "bf16", 0.5);
+  }
+  const plan::Plan p = plan::make_plan(r);
+  std::printf("%s", args.has("json") ? (plan::plan_json(p) + "\n").c_str() : plan::plan_text(p).c_str());
+  return 0;
+}
+
+CommandRegistration registration({"plan", "does a model fit, at what batch, how long and at what cost (before renting)",
+                                   run});
+
+}  // namespace
+}  // namespace ctrl::cli

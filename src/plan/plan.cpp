@@ -1,0 +1,461 @@
+#include "plan/plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "model/layout.h"
+
+namespace ctrl::plan {
+
+int optimizer_state_copies(const std::string& optimizer) {
+  if (optimizer == "adamw") return 2;    // first and second moments (train/optimizer.cpp: m_, v_)
+  if (optimizer == "adagrad") return 1;  // the accumulator (v_)
+  fail("plan: train.optimizer must be adamw or adagrad, got '" + optimizer + "'");
+}
+
+int activation_bytes_per_element(const std::string& precision) {
+  if (precision == "fp32") return 4;
+  if (precision == "bf16" || precision == "fp16") return 2;
+  fail("plan: train.precision must be fp32, bf16 or fp16, got '" + precision + "'");
+}
+
+Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead) {
+  CTRL_ASSERT(micro_batch >= 1 && zero_ranks >= 1);
+  const ParamLayout params = make_param_layout(config.model);
+  const ActivationLayout acts = make_activation_layout(config.model, micro_batch);
+  const uint64_t p = uint64_t(params.total);
+  const uint64_t act = uint64_t(activation_bytes_per_element(config.train.precision));
+  // ZeRO-1 (train/trainer.cpp): shards of ceil(total / N), buffers padded to N shards.
+  const uint64_t shard = (p + uint64_t(zero_ranks) - 1) / uint64_t(zero_ranks);
+  const uint64_t padded = zero_ranks > 1 ? shard * uint64_t(zero_ranks) : p;
+  Memory m;
+  m.weights = padded * 4;
+  m.weights_lowp = config.train.precision == "fp32" ? 0 : p * 2;
+  m.grads = padded * 4;
+  m.optimizer = uint64_t(optimizer_state_copies(config.train.optimizer)) * shard * 4;
+  m.grad_shard = zero_ranks > 1 ? shard * 4 : 0;
+  m.activations = uint64_t(acts.saved) * act;
+  m.workspace = uint64_t(acts.scratch) * act;
+  m.overhead = overhead;
+  return m;
+}
+
+uint64_t engine_buffer_bytes(const Config& config, int64_t micro_batch) {
+  return memory_for(config, micro_batch, 1, 0).buffers();
+}
+
+// Vendors' datasheet figures, dense (without 2:4 sparsity), boost clocks:
+// K80 (per GK210, half the board), T4, P100 PCIe, V100 SXM2, A100 SXM4,
+// H100 SXM5 and H200 SXM datasheets; the Ampere GA102 and Ada AD102
+// whitepapers for RTX 3090 / 4090 (fp16/bf16 tensor with fp32 accumulate);
+// GTX 1080 Ti from NVIDIA's spec page (3584 cores × 1582 MHz × 2, fp16 at
+// 1/64 rate on GP102). Link bandwidth is the published total of both
+// directions per GPU (NVLink aggregate, or PCIe x16). 0 marks arithmetic the
+// chip does not have.
+const std::vector<GpuSpec>& gpu_table() {
+  static const std::vector<GpuSpec> table = {
+      {"K80", 12, 4.37, 0, 0, 0, 240, "PCIe 3.0 x16", 32, false,
+       "one GK210 of the dual-GPU board (as clouds and Colab expose it); Kepler: no fp16/bf16 arithmetic"},
+      {"T4", 16, 8.1, 0, 65, 0, 320, "PCIe 3.0 x16", 32, true, "Turing: fp16 tensor cores, no bf16 or tf32"},
+      {"P100", 16, 9.3, 0, 18.7, 0, 732, "PCIe 3.0 x16", 32, false,
+       "PCIe card (SXM2: 10.6 fp32, 21.2 fp16, NVLink 160 GB/s); fp16 at twice fp32, no tensor cores, no bf16"},
+      {"V100-16GB", 16, 15.7, 0, 125, 0, 900, "NVLink 2", 300, true,
+       "SXM2 (PCIe card: 14 fp32, 112 fp16, PCIe 32 GB/s); Volta: no bf16 or tf32"},
+      {"V100-32GB", 32, 15.7, 0, 125, 0, 900, "NVLink 2", 300, true,
+       "SXM2 (PCIe card: 14 fp32, 112 fp16, PCIe 32 GB/s); Volta: no bf16 or tf32"},
+      {"GTX-1080-Ti", 11, 11.34, 0, 0.177, 0, 484, "PCIe 3.0 x16", 32, false,
+       "Pascal GP102: fp16 arithmetic at 1/64 of fp32, no bf16; train it in fp32"},
+      {"RTX-3090", 24, 35.6, 35.6, 71, 71, 936, "PCIe 4.0 x16", 64, true,
+       "GeForce: tensor fp16/bf16 with fp32 accumulate at half the fp16-accumulate rate (142)"},
+      {"RTX-4090", 24, 82.6, 82.6, 165.2, 165.2, 1008, "PCIe 4.0 x16", 64, true,
+       "GeForce: tensor fp16/bf16 with fp32 accumulate (330 with fp16 accumulate); no NVLink"},
+      {"A100-40GB", 40, 19.5, 156, 312, 312, 1555, "NVLink 3", 600, true, "SXM4"},
+      {"A100-80GB", 80, 19.5, 156, 312, 312, 2039, "NVLink 3", 600, true, "SXM4"},
+      {"H100", 80, 67, 494.5, 989.5, 989.5, 3350, "NVLink 4", 900, true, "SXM5 80 GB (PCIe card: 51 fp32, 756 bf16)"},
+      {"H200", 141, 67, 494.5, 989.5, 989.5, 4800, "NVLink 4", 900, true, "SXM 141 GB"},
+  };
+  return table;
+}
+
+static std::string lower(std::string s) {
+  for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+const GpuSpec& find_gpu(const std::string& name) {
+  std::string known;
+  for (const auto& g : gpu_table()) {
+    if (lower(g.name) == lower(name)) return g;
+    known += (known.empty() ? "" : ", ") + g.name;
+  }
+  fail("ctrl plan: --gpu " + name + ": unknown GPU (known: " + known + ")");
+}
+
+double gpu_peak_tflops(const GpuSpec& g, const std::string& precision) {
+  const double t = precision == "fp32" ? g.fp32_tflops
+                   : precision == "fp16" ? g.fp16_tflops
+                   : precision == "bf16" ? g.bf16_tflops
+                                         : -1;
+  if (t < 0) fail("ctrl plan: precision must be fp32, bf16 or fp16, got '" + precision + "'");
+  if (t == 0) fail("ctrl plan: " + g.name + " has no " + precision + " arithmetic (" + g.note + ")");
+  return t;
+}
+
+MachineProfile parse_machine(const std::string& text, const std::string& where) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception&) {
+    fail(where + ": not valid JSON (expected the output of `ctrl bench --json`)");
+  }
+  if (!j.is_object()) fail(where + ": expected a JSON object from `ctrl bench --json`");
+  auto number = [&](const char* key) {
+    if (!j.contains(key) || !j[key].is_number())
+      fail(where + ": key '" + key + "': expected a number (the output of `ctrl bench --json`)");
+    return j[key].get<double>();
+  };
+  auto text_of = [&](const char* key) {
+    if (!j.contains(key) || !j[key].is_string())
+      fail(where + ": key '" + key + "': expected a string (the output of `ctrl bench --json`)");
+    return j[key].get<std::string>();
+  };
+  MachineProfile m;
+  m.path = where;
+  m.tokens_per_s = number("tokens_per_s");
+  m.achieved_gflops = number("achieved_gflops");
+  m.gemm_peak_gflops = number("gemm_peak_gflops");
+  m.share_of_gemm_peak = number("share_of_gemm_peak");
+  m.peak_rss_bytes = uint64_t(number("peak_rss_bytes"));
+  m.threads = int64_t(number("threads"));
+  m.cpu = text_of("cpu");
+  m.precision = text_of("precision");
+  if (!(m.gemm_peak_gflops > 0) || !(m.share_of_gemm_peak > 0) || m.share_of_gemm_peak > 1.5)
+    fail(where + ": gemm_peak_gflops must be positive and share_of_gemm_peak in (0, 1.5]");
+  return m;
+}
+
+MachineProfile load_machine(const std::string& path) {
+  if (!file_exists(path)) fail(path + ": no such file (expected the output of `ctrl bench --json`)");
+  return parse_machine(read_file(path), path);
+}
+
+uint64_t host_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  while (f >> key >> kb) {
+    if (key == "MemTotal:") return kb * 1024;
+    f.ignore(1 << 20, '\n');
+  }
+  fail("/proc/meminfo: no MemTotal line (pass --memory-gb)");
+}
+
+namespace {
+
+constexpr double kGiB = double(1ull << 30);
+
+// Default model-FLOPs utilisation: a stated assumption, not a measurement.
+double default_mfu(bool gpu, bool tensor_cores, const std::string& precision) {
+  if (gpu) return tensor_cores && precision != "fp32" ? 0.40 : 0.45;
+  return precision == "fp32" ? 0.50 : 0.35;  // share of this CPU's measured GEMM peak
+}
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+std::string gib(uint64_t bytes) { return fmt("%.2f GiB", double(bytes) / kGiB); }
+
+std::string duration(double hours) {
+  if (hours < 48) return fmt("%.1f hours", hours);
+  return fmt("%.1f days", hours / 24);
+}
+
+std::string tokens_text(double t) {
+  if (t >= 1e9) return fmt("%.3gB", t / 1e9);
+  if (t >= 1e6) return fmt("%.3gM", t / 1e6);
+  return fmt("%.3g", t);
+}
+
+}  // namespace
+
+Plan make_plan(const Request& r) {
+  validate(r.config);
+  if (!(r.tokens > 0) || !std::isfinite(r.tokens)) fail("ctrl plan: --tokens must be a positive number, e.g. 10e9");
+  if (r.gpus_per_node < 1 || r.nodes < 1) fail("ctrl plan: --gpus and --nodes must be at least 1");
+  if (r.zero != 0 && r.zero != 1) fail("ctrl plan: --zero must be 0 or 1 (ZeRO stage 1)");
+  if (r.micro_batch < 0) fail("ctrl plan: --micro-batch must be at least 1");
+  if (r.mfu < 0 || r.mfu > 1) fail("ctrl plan: --mfu must be in (0, 1]");
+  if (!(r.network_gbps > 0)) fail("ctrl plan: --network-gbps must be positive");
+  if (r.price_per_hour < 0) fail("ctrl plan: --price-per-hour must not be negative");
+  const bool gpu = !r.gpu.empty();
+  if (gpu && r.machine) fail("ctrl plan: --machine describes a CPU measured by ctrl bench; it cannot go with --gpu");
+  if (!gpu && r.gpus_per_node != 1) fail("ctrl plan: --gpus needs --gpu NAME (CPU plans run one process per node)");
+
+  Plan p;
+  p.request = r;
+  const Config& c = r.config;
+  const std::string& precision = c.train.precision;
+  p.ranks = r.gpus_per_node * r.nodes;
+  p.parameters = make_param_layout(c.model).count();
+  p.flops_per_token = train_flops_per_token(c.model);
+  p.total_flops = p.flops_per_token * r.tokens;
+
+  // The device: memory per rank, peak FLOP/s, utilisation, links.
+  uint64_t overhead = 0;
+  double intra_gbs = 0;  // per direction, GB/s
+  std::string intra_link;
+  if (gpu) {
+    const GpuSpec& g = find_gpu(r.gpu);
+    p.peak_tflops = gpu_peak_tflops(g, precision);
+    p.device_memory = uint64_t(g.memory_gib * kGiB);
+    overhead = kGpuRuntimeOverheadBytes;
+    p.mfu = default_mfu(true, g.tensor_cores, precision);
+    p.mfu_source = "default";
+    intra_gbs = g.link_gbs / 2;
+    intra_link = g.link;
+    p.hardware = std::to_string(p.ranks) + " x " + g.name + " (" + std::to_string(r.nodes) +
+                 (r.nodes == 1 ? " node, " : " nodes, ") + g.link + ")";
+    if (g.name == "GTX-1080-Ti" && precision == "fp16")
+      p.notes.push_back("GTX 1080 Ti runs fp16 arithmetic at 1/64 of fp32: plan it in fp32");
+  } else {
+    if (precision == "fp16") fail("ctrl plan: the CPU engine has no fp16 arithmetic; use fp32 or bf16");
+    p.device_memory = r.cpu_memory_bytes ? r.cpu_memory_bytes : host_memory_bytes();
+    overhead = kCpuRuntimeOverheadBytes;
+    p.mfu = default_mfu(false, false, precision);
+    p.mfu_source = "default";
+    double peak_gflops = r.cpu_peak_gflops;
+    std::string name = r.cpu_name.empty() ? "CPU" : r.cpu_name;
+    if (r.machine) {
+      name = r.machine->cpu;
+      if (r.machine->precision == precision) {
+        peak_gflops = r.machine->gemm_peak_gflops;
+        p.mfu = r.machine->share_of_gemm_peak;
+        p.mfu_source = "calibrated from ctrl bench on " + r.machine->cpu + " (" +
+                       std::to_string(r.machine->threads) + " threads, " + r.machine->path + ")";
+      } else {
+        p.notes.push_back(r.machine->path + " was measured in " + r.machine->precision + ", this plan is " +
+                          precision + ": not calibrated");
+      }
+    }
+    if (!(peak_gflops > 0)) fail("ctrl plan: no GEMM peak for this CPU (internal: cpu_peak_gflops not set)");
+    p.peak_tflops = peak_gflops / 1000;
+    const int threads = r.machine ? int(r.machine->threads) : r.cpu_threads;
+    p.hardware = std::to_string(r.nodes) + " x " + name +
+                 (threads > 0 ? " (" + std::to_string(threads) + " threads, " : " (") + gib(p.device_memory) +
+                 (r.nodes == 1 ? ")" : " each)");
+  }
+  if (r.mfu > 0) {
+    p.mfu = r.mfu;
+    p.mfu_source = "--mfu";
+  }
+
+  // Memory: the largest micro-batch that fits (memory grows with B), then the
+  // micro-batch to plan with.
+  const int zero_ranks = r.zero == 1 ? p.ranks : 1;
+  auto fits = [&](int64_t b) { return memory_for(c, b, zero_ranks, overhead).total() <= p.device_memory; };
+  if (fits(1)) {
+    int64_t lo = 1, hi = 2;
+    while (hi <= (int64_t(1) << 24) && fits(hi)) lo = hi, hi *= 2;
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (fits(mid) ? lo : hi) = mid;
+    }
+    p.largest_micro_batch = lo;
+  }
+  const int64_t per_rank = std::max<int64_t>(1, (c.train.global_batch + p.ranks - 1) / p.ranks);
+  if (c.train.global_batch % p.ranks != 0)
+    p.notes.push_back("global batch " + std::to_string(c.train.global_batch) + " is not a multiple of " +
+                      std::to_string(p.ranks) + " ranks: each rank takes " + std::to_string(per_rank));
+  if (r.micro_batch > 0) {
+    p.micro_batch = r.micro_batch;
+    p.fits = fits(r.micro_batch);
+  } else if (p.largest_micro_batch > 0) {
+    // The largest divisor of the per-rank batch that fits, so the global batch comes out exact.
+    for (int64_t b = std::min(per_rank, p.largest_micro_batch); b >= 1; --b)
+      if (per_rank % b == 0) {
+        p.micro_batch = b;
+        break;
+      }
+    p.fits = true;
+  }
+  p.memory = memory_for(c, std::max<int64_t>(1, p.micro_batch), zero_ranks, overhead);
+  if (r.zero == 1) {
+    const uint64_t full_state = uint64_t(optimizer_state_copies(c.train.optimizer)) * p.memory.grad_shard * p.ranks;
+    p.zero_checkpoint_peak = p.memory.total() + full_state;
+    p.notes.push_back("ZeRO-1: saving a checkpoint all-gathers the whole optimizer state on every rank "
+                      "(train/trainer.cpp), a peak of " + gib(p.zero_checkpoint_peak) + " per rank" +
+                      (p.zero_checkpoint_peak > p.device_memory ? ": MORE than the device has" : ""));
+  }
+  const int64_t mb = std::max<int64_t>(1, p.micro_batch);
+  p.accumulation_steps = (per_rank + mb - 1) / mb;
+  p.global_batch = p.accumulation_steps * mb * p.ranks;
+  if (p.global_batch != c.train.global_batch)
+    p.notes.push_back("runs a global batch of " + std::to_string(p.global_batch) + " sequences instead of " +
+                      std::to_string(c.train.global_batch));
+
+  // Time: compute at peak × MFU on every rank; a ring all-reduce of the fp32
+  // gradients once per optimizer step, limited by its slowest link.
+  const double tokens_per_step = double(p.global_batch) * double(c.model.n_ctx);
+  p.tokens_per_s = double(p.ranks) * p.peak_tflops * 1e12 * p.mfu / p.flops_per_token;
+  p.compute_s = tokens_per_step / p.tokens_per_s;
+  if (p.ranks > 1) {
+    const double grad_bytes = double(p.memory.grads);
+    p.comm_bytes = 2.0 * double(p.ranks - 1) / double(p.ranks) * grad_bytes;
+    const double net_gbs = r.network_gbps / 8;
+    if (r.nodes > 1 && (!gpu || net_gbs < intra_gbs)) {
+      p.comm_gbs = net_gbs;
+      p.comm_link = fmt("%g Gb/s network between nodes", r.network_gbps);
+    } else {
+      p.comm_gbs = intra_gbs;
+      p.comm_link = intra_link + fmt(" (%g GB/s each way)", intra_gbs);
+    }
+    p.comm_s = p.comm_bytes / (p.comm_gbs * 1e9);
+  }
+  p.step_s_no_overlap = p.compute_s + p.comm_s;
+  p.step_s_overlap = std::max(p.compute_s, p.comm_s);
+  const double steps = r.tokens / tokens_per_step;
+  p.hours_no_overlap = steps * p.step_s_no_overlap / 3600;
+  p.hours_overlap = steps * p.step_s_overlap / 3600;
+  const double billed = gpu ? double(p.ranks) : double(r.nodes);
+  p.cost = p.hours_no_overlap * r.price_per_hour * billed;
+
+  // The verdict line.
+  std::string v;
+  if (p.fits) {
+    v = "fits: yes, largest micro-batch " + std::to_string(p.largest_micro_batch) + " (plan: " +
+        std::to_string(p.micro_batch) + " x " + std::to_string(p.accumulation_steps) + " accumulation x " +
+        std::to_string(p.ranks) + (p.ranks == 1 ? " rank" : " ranks") + "); ";
+  } else if (p.largest_micro_batch > 0) {
+    v = "fits: no at micro-batch " + std::to_string(p.micro_batch) + " (" + gib(p.memory.total()) + " of " +
+        gib(p.device_memory) + "), largest micro-batch " + std::to_string(p.largest_micro_batch) + "; if it did: ";
+  } else {
+    v = "fits: no, even micro-batch 1 needs " + gib(p.memory.total()) + " per device of " + gib(p.device_memory) +
+        (r.zero == 0 && p.ranks > 1 ? " (try --zero 1)" : "") + "; if it did: ";
+  }
+  v += tokens_text(r.tokens) + " tokens in " + duration(p.hours_no_overlap);
+  if (p.ranks > 1 && p.hours_overlap < p.hours_no_overlap * 0.995)
+    v += " (" + duration(p.hours_overlap) + " with full overlap)";
+  if (p.mfu_source == "default")
+    v += fmt(" at default MFU %.2f (not calibrated)", p.mfu);
+  else if (p.mfu_source == "--mfu")
+    v += fmt(" at MFU %.2f (--mfu)", p.mfu);
+  else
+    v += fmt(" at MFU %.3f ", p.mfu) + "calibrated from ctrl bench on " + r.machine->cpu;
+  if (r.price_per_hour > 0) v += fmt(", cost %.0f", p.cost);
+  p.verdict = v;
+  return p;
+}
+
+std::string plan_json(const Plan& p) {
+  const Config& c = p.request.config;
+  nlohmann::ordered_json j;
+  j["config"] = c.preset;
+  j["model"] = {{"n_layer", c.model.n_layer}, {"d_model", c.model.d_model},     {"n_head", c.model.n_head},
+                {"d_ff", c.model.d_ff},       {"n_ctx", c.model.n_ctx},         {"vocab_size", c.model.vocab_size},
+                {"sharing", c.model.sharing}, {"embedding_dim", c.model.embedding_dim},
+                {"recompute", c.model.recompute}};
+  j["precision"] = c.train.precision;
+  j["optimizer"] = c.train.optimizer;
+  j["hardware"] = p.hardware;
+  j["ranks"] = p.ranks;
+  j["zero"] = p.request.zero;
+  j["parameters"] = p.parameters;
+  const Memory& m = p.memory;
+  j["memory_bytes"] = {{"weights_fp32", m.weights}, {"weights_lowp", m.weights_lowp}, {"gradients", m.grads},
+                       {"optimizer_state", m.optimizer}, {"activations", m.activations},
+                       {"zero_gradient_shard", m.grad_shard}, {"workspace", m.workspace},
+                       {"runtime_overhead", m.overhead},
+                       {"total", m.total()},             {"device", p.device_memory}};
+  j["fits"] = p.fits;
+  j["zero_checkpoint_peak_bytes"] = p.zero_checkpoint_peak;
+  j["micro_batch"] = p.micro_batch;
+  j["largest_micro_batch"] = p.largest_micro_batch;
+  j["accumulation_steps"] = p.accumulation_steps;
+  j["global_batch"] = p.global_batch;
+  j["tokens"] = p.request.tokens;
+  j["flops_per_token"] = p.flops_per_token;
+  j["total_flops"] = p.total_flops;
+  j["peak_tflops_per_device"] = p.peak_tflops;
+  j["mfu"] = p.mfu;
+  j["mfu_source"] = p.mfu_source;
+  j["tokens_per_s"] = p.tokens_per_s;
+  j["step_seconds"] = {{"compute", p.compute_s},
+                       {"communication", p.comm_s},
+                       {"no_overlap", p.step_s_no_overlap},
+                       {"full_overlap", p.step_s_overlap}};
+  j["communication"] = {{"bytes_per_rank_per_step", p.comm_bytes},
+                        {"link", p.comm_link},
+                        {"gb_per_s", p.comm_gbs},
+                        {"share_no_overlap", p.step_s_no_overlap > 0 ? p.comm_s / p.step_s_no_overlap : 0.0},
+                        {"share_full_overlap",
+                         p.step_s_overlap > 0 ? std::max(0.0, p.comm_s - p.compute_s) / p.step_s_overlap : 0.0}};
+  j["hours"] = {{"no_overlap", p.hours_no_overlap}, {"full_overlap", p.hours_overlap}};
+  j["price_per_hour"] = p.request.price_per_hour;
+  j["cost"] = p.cost;
+  j["notes"] = p.notes;
+  j["verdict"] = p.verdict;
+  return j.dump(2);
+}
+
+std::string plan_text(const Plan& p) {
+  const Config& c = p.request.config;
+  const Memory& m = p.memory;
+  std::ostringstream o;
+  auto row = [&](const std::string& k, const std::string& v) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "  %-26s", k.c_str());
+    o << buf << v << "\n";
+  };
+  o << "model " << c.preset << ": L " << c.model.n_layer << ", D " << c.model.d_model << ", H " << c.model.n_head
+    << ", F " << c.model.d_ff << ", T " << c.model.n_ctx << ", V " << c.model.vocab_size << "; "
+    << c.train.precision << ", " << c.train.optimizer << (p.request.zero ? ", ZeRO-1" : "") << "\n";
+  row("parameters", fmt("%.1f M", double(p.parameters) / 1e6) + " (" + std::to_string(p.parameters) + ")");
+  row("hardware", p.hardware);
+  o << "memory per rank at micro-batch " << std::max<int64_t>(1, p.micro_batch) << ":\n";
+  row("weights (fp32 master)", gib(m.weights));
+  if (m.weights_lowp) row("weights (" + c.train.precision + " copy)", gib(m.weights_lowp));
+  row("gradients (fp32)", gib(m.grads));
+  row("optimizer state", gib(m.optimizer) + (p.request.zero ? fmt(" (1/%.0f, ZeRO-1)", double(p.ranks)) : ""));
+  if (m.grad_shard) row("gradient shard (ZeRO-1)", gib(m.grad_shard));
+  row("activations", gib(m.activations));
+  row("workspace", gib(m.workspace));
+  row("runtime overhead", gib(m.overhead));
+  row("total", gib(m.total()) + " of " + gib(p.device_memory));
+  row("largest micro-batch", std::to_string(p.largest_micro_batch));
+  row("batch", std::to_string(p.micro_batch) + " x " + std::to_string(p.accumulation_steps) + " accumulation x " +
+                   std::to_string(p.ranks) + " ranks = " + std::to_string(p.global_batch) + " sequences of " +
+                   std::to_string(c.model.n_ctx));
+  row("FLOPs per token", fmt("%.3g", p.flops_per_token));
+  row("total FLOPs", fmt("%.3g", p.total_flops) + " for " + tokens_text(p.request.tokens) + " tokens");
+  row("peak per device", fmt("%.3g TFLOP/s ", p.peak_tflops) + c.train.precision);
+  row("utilisation", fmt("MFU %.3f, ", p.mfu) + p.mfu_source);
+  row("throughput", fmt("%.0f tokens/s", p.tokens_per_s));
+  row("step", fmt("compute %.3f s", p.compute_s) + fmt(", all-reduce %.3f s", p.comm_s));
+  if (p.ranks > 1) {
+    row("all-reduce", fmt("%.3g MB per rank per step over ", p.comm_bytes / 1e6) + p.comm_link);
+    row("communication share", fmt("%.1f%% without overlap, ", 100 * p.comm_s / p.step_s_no_overlap) +
+                                   fmt("%.1f%% with full overlap",
+                                       100 * std::max(0.0, p.comm_s - p.compute_s) / p.step_s_overlap));
+  }
+  row("time", duration(p.hours_no_overlap) + " without overlap, " + duration(p.hours_overlap) + " with full overlap");
+  if (p.request.price_per_hour > 0)
+    row("cost", fmt("%.0f", p.cost) + fmt(" (%.0f hours", p.hours_no_overlap) +
+                    fmt(" x %g per hour x ", p.request.price_per_hour) +
+                    std::to_string(p.request.gpu.empty() ? p.request.nodes : p.ranks) +
+                    (p.request.gpu.empty() ? " machines)" : " GPUs)"));
+  for (const auto& n : p.notes) o << "note: " << n << "\n";
+  o << p.verdict << "\n";
+  return o.str();
+}
+
+}  // namespace ctrl::plan

@@ -1,0 +1,147 @@
+// The planner: before anyone rents hardware, says whether a model fits, the
+// largest micro-batch that fits, how long training takes and what it costs.
+// Every byte count comes from the engine's layout tables (model/layout.h), the
+// same code Model and Optimizer allocate with, so plan and engine cannot drift.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace ctrl::plan {
+
+// Bytes one data-parallel rank holds. weights..workspace are the engine's flat
+// buffers; overhead is the runtime around them (CUDA context, libraries).
+struct Memory {
+  uint64_t weights = 0;       // fp32 master parameters (layout.total, padding included)
+  uint64_t weights_lowp = 0;  // bf16/fp16 copy of the parameters for the products (0 for fp32)
+  uint64_t grads = 0;         // fp32 gradients (layout.total)
+  uint64_t optimizer = 0;     // AdamW m and v, or the Adagrad accumulator; one rank's shard with ZeRO-1
+  uint64_t grad_shard = 0;    // ZeRO-1 only: the reduce-scatter target, one shard of fp32 gradients
+  uint64_t activations = 0;   // saved from forward to backward, for one micro-batch
+  uint64_t workspace = 0;     // backward scratch and the fused head's logits chunk
+  uint64_t overhead = 0;      // runtime, not the engine's buffers
+  uint64_t buffers() const {
+    return weights + weights_lowp + grads + optimizer + grad_shard + activations + workspace;
+  }
+  uint64_t total() const { return buffers() + overhead; }
+};
+
+// Optimizer state in fp32 copies of the parameter buffer: AdamW 2 (m, v), Adagrad 1.
+int optimizer_state_copies(const std::string& optimizer);
+
+// Bytes per element of activations and scratch: 4 for fp32, 2 for bf16/fp16.
+int activation_bytes_per_element(const std::string& precision);
+
+// Memory of one rank for micro-batch B: the engine's buffers from the layout
+// tables (element counts × dtype size), plus `overhead` bytes. zero_ranks > 1
+// is ZeRO-1 as train/trainer.cpp does it: equal shards of ceil(total / N)
+// elements, parameter and gradient buffers padded to N shards, optimizer
+// state for one shard and one gradient shard for the reduce-scatter.
+Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead);
+
+// Exactly what Model(config.model, ops, B) and Optimizer(config.train, ...)
+// allocate for an fp32 run: memory_for(config, B, 1, 0).buffers().
+uint64_t engine_buffer_bytes(const Config& config, int64_t micro_batch);
+
+// Runtime memory of a CPU process around the engine's buffers (shared
+// libraries, OpenMP and oneDNN threads and caches), measured with
+// `ctrl bench`; see docs/plan.md. It includes the 64 MiB of matrices that
+// bench's GEMM-peak measurement holds, so it is slightly high for `ctrl train`.
+constexpr uint64_t kCpuRuntimeOverheadBytes = 100ull << 20;
+// CUDA context, cuBLAS/cuDNN handles and kernels, allocator slack per GPU.
+constexpr uint64_t kGpuRuntimeOverheadBytes = 1ull << 30;
+
+// One GPU model from its vendor's datasheet (dense figures, no sparsity).
+struct GpuSpec {
+  std::string name;
+  double memory_gib;   // device memory
+  double fp32_tflops;  // CUDA cores
+  double tf32_tflops;  // tensor cores; 0: unsupported
+  double fp16_tflops;  // tensor cores where present, fp32 accumulate; 0: unsupported
+  double bf16_tflops;  // 0: unsupported
+  double memory_gbs;   // memory bandwidth, GB/s
+  std::string link;    // "NVLink" or "PCIe 3.0 x16" ...
+  double link_gbs;     // GPU-to-GPU bandwidth per GPU as published (both directions together), GB/s
+  bool tensor_cores;   // whether fp16/bf16 products run on tensor cores
+  std::string note;
+};
+const std::vector<GpuSpec>& gpu_table();
+// The entry by name (case-insensitive); ctrl::Error listing the known names otherwise.
+const GpuSpec& find_gpu(const std::string& name);
+// Peak TFLOP/s of a GPU for a precision (fp32 uses CUDA cores, not TF32);
+// ctrl::Error saying why when the GPU has no such arithmetic.
+double gpu_peak_tflops(const GpuSpec& gpu, const std::string& precision);
+
+// A machine measured by `ctrl bench --json`.
+struct MachineProfile {
+  std::string path, cpu, precision;
+  double tokens_per_s = 0, achieved_gflops = 0, gemm_peak_gflops = 0, share_of_gemm_peak = 0;
+  uint64_t peak_rss_bytes = 0;
+  int64_t threads = 0;
+};
+// Reads and checks the file; one-line ctrl::Error naming the file and key otherwise.
+MachineProfile load_machine(const std::string& path);
+MachineProfile parse_machine(const std::string& json_text, const std::string& where);
+
+// This machine's memory (MemTotal from /proc/meminfo), in bytes.
+uint64_t host_memory_bytes();
+
+struct Request {
+  Config config;
+  double tokens = 0;           // tokens to train on
+  std::string gpu;             // empty: CPU
+  int gpus_per_node = 1;       // GPUs per node (CPU: one process per node)
+  int nodes = 1;
+  double network_gbps = 100;   // between nodes, Gb/s
+  int zero = 0;                // 0 or 1 (ZeRO stage 1: optimizer state sharded over ranks)
+  int64_t micro_batch = 0;     // 0: the largest that fits, at most global_batch / ranks
+  double mfu = 0;              // 0: calibrated from `machine` or the default for the device
+  double price_per_hour = 0;   // per GPU, or per machine for CPUs; 0: no cost
+  // CPU only: memory (0: this machine's) and the GEMM peak of the precision, GFLOP/s
+  // (ignored when `machine` calibrates).
+  uint64_t cpu_memory_bytes = 0;
+  double cpu_peak_gflops = 0;
+  std::string cpu_name;
+  int cpu_threads = 0;
+  std::optional<MachineProfile> machine;
+};
+
+struct Plan {
+  Request request;
+  std::string hardware;        // e.g. "2 x V100-16GB (1 node, NVLink)"
+  int ranks = 1;
+  uint64_t parameters = 0;     // unique parameters (shared ones once), no padding
+  uint64_t device_memory = 0;  // per rank
+  int64_t micro_batch = 0;     // the one planned with (0 when nothing fits)
+  Memory memory;               // per rank at micro_batch (at 1 when nothing fits)
+  bool fits = false;
+  // ZeRO-1: the peak while saving a checkpoint, when every rank all-gathers the
+  // whole optimizer state (train/trainer.cpp save()); 0 without ZeRO.
+  uint64_t zero_checkpoint_peak = 0;
+  int64_t largest_micro_batch = 0;  // 0: not even one sequence fits
+  int64_t accumulation_steps = 0, global_batch = 0;  // global_batch as run: accum × micro × ranks
+  double flops_per_token = 0, total_flops = 0;
+  double peak_tflops = 0;      // per device, this precision
+  double mfu = 0;
+  std::string mfu_source;      // "default", "calibrated from ctrl bench on <cpu>", "--mfu"
+  double tokens_per_s = 0;     // all ranks, compute only
+  double compute_s = 0, comm_s = 0;  // per optimizer step
+  double comm_bytes = 0;       // all-reduce traffic each rank sends per step
+  double comm_gbs = 0;         // bandwidth of the ring's slowest link, GB/s
+  std::string comm_link;
+  double step_s_no_overlap = 0, step_s_overlap = 0;
+  double hours_no_overlap = 0, hours_overlap = 0;
+  double cost = 0;             // at no overlap; 0 without a price
+  std::vector<std::string> notes;
+  std::string verdict;         // one line
+};
+
+// Validates the request (one-line ctrl::Error on nonsense) and plans.
+Plan make_plan(const Request& request);
+std::string plan_json(const Plan& plan);   // pretty JSON, stable key order
+std::string plan_text(const Plan& plan);   // readable table ending in the verdict line
+
+}  // namespace ctrl::plan

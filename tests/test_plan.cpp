@@ -1,0 +1,344 @@
+// The planner: its byte counts are the engine's allocations, its CPU total
+// predicts a real run's peak memory, and its answers behave (fits, largest
+// micro-batch, ZeRO, calibration, communication, errors).
+#include <gtest/gtest.h>
+#include <malloc.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "model/layout.h"
+#include "model/model.h"
+#include "plan/plan.h"
+#include "train/optimizer.h"
+
+using namespace ctrl;
+
+// Counts the bytes the engine's Buffers request (std::aligned_alloc) while a
+// Model and Optimizer are constructed. The definition here takes the place of
+// libc's in this binary and forwards to memalign.
+static std::atomic<bool> g_counting{false};
+static std::atomic<uint64_t> g_counted{0};
+extern "C" void* aligned_alloc(size_t alignment, size_t size) {
+  if (g_counting) g_counted += size;
+  return memalign(alignment, size);
+}
+
+namespace {
+
+Config config_of(const std::string& preset, std::vector<std::string> sets = {}) {
+  Config c = load_config(preset);
+  for (const auto& s : sets) apply_override(c, s);
+  validate(c);
+  return c;
+}
+
+plan::Request gpu_request(const Config& c, const std::string& gpu, int gpus, double tokens = 10e9) {
+  plan::Request r;
+  r.config = c;
+  r.tokens = tokens;
+  r.gpu = gpu;
+  r.gpus_per_node = gpus;
+  return r;
+}
+
+plan::Request cpu_request(const Config& c, double memory_gib) {
+  plan::Request r;
+  r.config = c;
+  r.tokens = 1e8;
+  r.cpu_memory_bytes = uint64_t(memory_gib * double(1ull << 30));
+  r.cpu_peak_gflops = 400;
+  return r;
+}
+
+// Runs a shell command; returns its exit status and what it printed (stdout, or 2>&1 as given).
+int run(const std::string& cmd, std::string* out) {
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return -1;
+  char buf[4096];
+  size_t n;
+  out->clear();
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
+  const int status = pclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Independent closed form of a CTRL model's parameters (Hugging Face
+// CTRLLMHeadModel: tied embedding, biased q/k/v/dense and FFN, two LayerNorms
+// per layer, final LayerNorm, lm_head bias).
+uint64_t ctrl_parameters(uint64_t V, uint64_t L, uint64_t D, uint64_t F) {
+  return V * D + L * (4 * D * D + 4 * D + 2 * D * F + F + D + 4 * D) + 2 * D + V;
+}
+
+}  // namespace
+
+TEST(Plan, ParameterCountsOfThePresets) {
+  EXPECT_EQ(plan::make_plan(cpu_request(config_of("tiny"), 24)).parameters, ctrl_parameters(8000, 4, 256, 1024));
+  EXPECT_EQ(plan::make_plan(cpu_request(config_of("small"), 24)).parameters, ctrl_parameters(32000, 6, 384, 1536));
+  EXPECT_EQ(plan::make_plan(cpu_request(config_of("base"), 24)).parameters, ctrl_parameters(32000, 12, 768, 3072));
+  const uint64_t n = plan::make_plan(gpu_request(config_of("ctrl"), "A100-80GB", 8)).parameters;
+  EXPECT_EQ(n, ctrl_parameters(246534, 48, 1280, 8192));
+  EXPECT_EQ(n, 1637964550u);  // "1.63 billion parameters" (Keskar et al. 2019)
+}
+
+TEST(Plan, PredictedBuffersEqualTheEnginesAllocationExactly) {
+  auto ops = make_cpu_ops();
+  struct Case {
+    const char* preset;
+    std::vector<std::string> sets;
+    int64_t batch;
+  };
+  const std::vector<Case> cases = {
+      {"tiny", {}, 3},
+      {"tiny", {"train.optimizer=adagrad", "model.n_ctx=64", "model.vocab_size=1001"}, 5},
+      {"small", {"model.n_layer=2"}, 2},
+      {"tiny", {"model.d_model=96", "model.n_head=3", "model.d_ff=200", "model.n_ctx=37"}, 7},
+  };
+  for (const auto& k : cases) {
+    const Config c = config_of(k.preset, k.sets);
+    g_counted = 0;
+    g_counting = true;
+    uint64_t optimizer_floats = 0;
+    {
+      Model model(c.model, *ops, k.batch);
+      Optimizer optimizer(c.train, model.layout(), *ops);
+      g_counting = false;
+      for (auto& [name, buffer] : optimizer.state()) optimizer_floats += buffer->size();
+      const plan::Memory m = plan::memory_for(c, k.batch, 1, 0);
+      EXPECT_EQ(m.weights, model.params.size() * 4);
+      EXPECT_EQ(m.grads, model.grads.size() * 4);
+      EXPECT_EQ(m.optimizer, optimizer_floats * 4) << c.train.optimizer;
+      EXPECT_EQ(m.activations + m.workspace, model.activation_layout().total * 4);
+    }
+    g_counting = false;
+    EXPECT_GT(g_counted.load(), 0u);
+    EXPECT_EQ(g_counted.load(), plan::engine_buffer_bytes(c, k.batch)) << k.preset << " B=" << k.batch;
+  }
+}
+
+TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin10Percent) {
+  // `small` at micro-batch 8: about 0.7 GiB of buffers, one timed step.
+  std::string out;
+  ASSERT_EQ(run(std::string(CTRL_BINARY) + " bench --config small --steps 1 --warmup 0 --json", &out), 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  const double rss = j.at("peak_rss_bytes").get<double>();
+  const Config c = config_of("small");
+  ASSERT_EQ(j.at("micro_batch").get<int64_t>(), c.train.micro_batch);
+  const double predicted = double(plan::memory_for(c, c.train.micro_batch, 1, plan::kCpuRuntimeOverheadBytes).total());
+  EXPECT_NEAR(rss / predicted, 1.0, 0.10) << "peak RSS " << rss << " predicted " << predicted;
+  // And the planner's CPU plan reports that same total.
+  plan::Request r = cpu_request(c, 24);
+  r.micro_batch = c.train.micro_batch;
+  EXPECT_EQ(double(plan::make_plan(r).memory.total()), predicted);
+}
+
+TEST(Plan, FitsAndDoesNotFit) {
+  // The two-V100 question: base in fp16 fits, with room for a real micro-batch.
+  const plan::Plan base = plan::make_plan(gpu_request(config_of("base", {"train.precision=fp16"}), "V100-16GB", 2));
+  EXPECT_TRUE(base.fits);
+  EXPECT_GE(base.largest_micro_batch, 8);
+  EXPECT_EQ(base.micro_batch * base.accumulation_steps * 2, 256);
+  EXPECT_NE(base.verdict.find("fits: yes"), std::string::npos) << base.verdict;
+  // The largest micro-batch is exactly the boundary.
+  const Config bc = config_of("base", {"train.precision=fp16"});
+  EXPECT_LE(plan::memory_for(bc, base.largest_micro_batch, 1, plan::kGpuRuntimeOverheadBytes).total(),
+            base.device_memory);
+  EXPECT_GT(plan::memory_for(bc, base.largest_micro_batch + 1, 1, plan::kGpuRuntimeOverheadBytes).total(),
+            base.device_memory);
+  // CTRL 1.6B with AdamW needs 16 bytes per parameter before activations: not on one V100-16GB.
+  const plan::Plan big = plan::make_plan(gpu_request(config_of("ctrl", {"train.optimizer=adamw"}), "V100-16GB", 1));
+  EXPECT_FALSE(big.fits);
+  EXPECT_EQ(big.largest_micro_batch, 0);
+  EXPECT_NE(big.verdict.find("fits: no"), std::string::npos) << big.verdict;
+  // A fixed micro-batch too large for the device does not fit, though smaller ones do.
+  plan::Request r = gpu_request(config_of("base"), "T4", 1);
+  r.micro_batch = 4096;
+  const plan::Plan too_big = plan::make_plan(r);
+  EXPECT_FALSE(too_big.fits);
+  EXPECT_GT(too_big.largest_micro_batch, 0);
+  EXPECT_LT(too_big.largest_micro_batch, 4096);
+}
+
+TEST(Plan, LargestMicroBatchGrowsWithMemory) {
+  const Config c = config_of("base");
+  int64_t previous = -1;
+  for (double gib : {0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0}) {
+    const plan::Plan p = plan::make_plan(cpu_request(c, gib));
+    EXPECT_GE(p.largest_micro_batch, previous) << gib << " GiB";
+    if (gib >= 4) EXPECT_GT(p.largest_micro_batch, previous) << gib << " GiB";
+    previous = p.largest_micro_batch;
+  }
+  EXPECT_EQ(plan::make_plan(cpu_request(c, 0.5)).largest_micro_batch, 0);  // 110M params x 16 bytes > 0.5 GiB
+  // GPUs ordered by memory, all in fp32.
+  previous = -1;
+  for (const char* gpu : {"GTX-1080-Ti", "T4", "RTX-4090", "V100-32GB", "A100-40GB", "A100-80GB", "H200"}) {
+    const plan::Plan p = plan::make_plan(gpu_request(c, gpu, 1));
+    EXPECT_GE(p.largest_micro_batch, previous) << gpu;
+    previous = p.largest_micro_batch;
+  }
+  // Halving activation bytes (fp16) lets a larger micro-batch fit.
+  EXPECT_GT(plan::make_plan(gpu_request(config_of("base", {"train.precision=fp16"}), "T4", 1)).largest_micro_batch,
+            plan::make_plan(gpu_request(c, "T4", 1)).largest_micro_batch);
+}
+
+TEST(Plan, LowPrecisionHalvesActivationsAndAddsAWeightCopy) {
+  const Config f32 = config_of("small"), f16 = config_of("small", {"train.precision=bf16"});
+  const plan::Memory a = plan::memory_for(f32, 8, 1, 0), b = plan::memory_for(f16, 8, 1, 0);
+  EXPECT_EQ(b.activations * 2, a.activations);
+  EXPECT_EQ(b.workspace * 2, a.workspace);
+  EXPECT_EQ(b.weights_lowp * 2, a.weights);
+  EXPECT_EQ(a.weights_lowp, 0u);
+  EXPECT_EQ(a.weights, b.weights);
+  EXPECT_EQ(a.optimizer, b.optimizer);
+}
+
+TEST(Plan, ZeroOneDividesTheOptimizerStateOverRanks) {
+  const Config c = config_of("ctrl", {"train.optimizer=adamw", "train.precision=bf16"});
+  plan::Request r = gpu_request(c, "A100-40GB", 8);
+  const plan::Plan plain = plan::make_plan(r);
+  r.zero = 1;
+  const plan::Plan zero = plan::make_plan(r);
+  const uint64_t total = make_param_layout(c.model).total, shard = (total + 7) / 8;
+  EXPECT_EQ(plain.memory.optimizer, 2 * total * 4);  // AdamW: m and v
+  EXPECT_EQ(zero.memory.optimizer, 2 * shard * 4);
+  EXPECT_EQ(zero.memory.grad_shard, shard * 4);
+  EXPECT_EQ(zero.memory.weights, 8 * shard * 4);  // padded to 8 equal shards
+  // Per rank at the same micro-batch, ZeRO saves 7/8 of the state less the gradient shard and padding.
+  EXPECT_EQ(plan::memory_for(c, 4, 1, 0).total() - plan::memory_for(c, 4, 8, 0).total(),
+            2 * total * 4 - 2 * shard * 4 - shard * 4 - 2 * (8 * shard - total) * 4);
+  EXPECT_GT(zero.largest_micro_batch, plain.largest_micro_batch);
+  // Saving a checkpoint gathers the whole state again: the note says so.
+  EXPECT_EQ(zero.zero_checkpoint_peak, zero.memory.total() + 2 * shard * 8 * 4);
+  EXPECT_EQ(plain.zero_checkpoint_peak, 0u);
+  // The engine's sharded Optimizer holds exactly the planned shard.
+  const Config small = config_of("small", {"model.n_layer=2"});
+  auto ops = make_cpu_ops();
+  const ParamLayout layout = make_param_layout(small.model);
+  for (int ranks : {2, 3, 8}) {
+    const plan::Memory m = plan::memory_for(small, 2, ranks, 0);
+    const size_t s = (layout.total + size_t(ranks) - 1) / size_t(ranks);
+    Optimizer optimizer(small.train, layout, *ops, s * size_t(ranks - 1), s);
+    uint64_t bytes = 0;
+    for (auto& [name, buffer] : optimizer.state()) bytes += buffer->size() * 4;
+    EXPECT_EQ(m.optimizer, bytes) << ranks;
+    EXPECT_EQ(m.grad_shard, s * 4) << ranks;
+  }
+  // One rank: ZeRO changes nothing.
+  r.gpus_per_node = 1;
+  const plan::Plan one_zero = plan::make_plan(r);
+  r.zero = 0;
+  EXPECT_EQ(one_zero.memory.total(), plan::make_plan(r).memory.total());
+}
+
+TEST(Plan, RingAllReduceTimeAndLinks) {
+  const Config c = config_of("base", {"train.precision=fp16"});
+  const plan::Plan two = plan::make_plan(gpu_request(c, "V100-16GB", 2));
+  EXPECT_DOUBLE_EQ(two.comm_bytes, double(two.memory.grads));  // 2(N-1)/N = 1 for N = 2
+  EXPECT_DOUBLE_EQ(two.comm_s, two.comm_bytes / 150e9);        // NVLink 300 GB/s, each way 150
+  EXPECT_DOUBLE_EQ(two.step_s_no_overlap, two.compute_s + two.comm_s);
+  EXPECT_DOUBLE_EQ(two.step_s_overlap, std::max(two.compute_s, two.comm_s));
+  plan::Request r = gpu_request(c, "V100-16GB", 2);
+  r.nodes = 2;
+  r.network_gbps = 25;
+  const plan::Plan four = plan::make_plan(r);
+  EXPECT_EQ(four.ranks, 4);
+  EXPECT_DOUBLE_EQ(four.comm_bytes, 1.5 * double(four.memory.grads));
+  EXPECT_DOUBLE_EQ(four.comm_s, four.comm_bytes / (25e9 / 8));
+  const plan::Plan one = plan::make_plan(gpu_request(c, "V100-16GB", 1));
+  EXPECT_EQ(one.comm_s, 0);
+  // Time = tokens / throughput when nothing communicates; cost = hours x price x GPUs.
+  plan::Request priced = gpu_request(c, "V100-16GB", 1);
+  priced.price_per_hour = 2.5;
+  const plan::Plan p = plan::make_plan(priced);
+  EXPECT_NEAR(p.hours_no_overlap * 3600, 10e9 / p.tokens_per_s, 1e-6 * p.hours_no_overlap * 3600);
+  EXPECT_DOUBLE_EQ(p.tokens_per_s, 125e12 * 0.40 / train_flops_per_token(c.model));
+  EXPECT_DOUBLE_EQ(p.cost, p.hours_no_overlap * 2.5);
+}
+
+TEST(Plan, MachineFileCalibratesTheUtilisation) {
+  const Config c = config_of("small");
+  const double tokens_per_s = 1234, peak = 400;
+  const double achieved = tokens_per_s * train_flops_per_token(c.model) / 1e9;
+  nlohmann::json j = {{"tokens_per_s", tokens_per_s}, {"achieved_gflops", achieved},  {"gemm_peak_gflops", peak},
+                      {"share_of_gemm_peak", achieved / peak}, {"peak_rss_bytes", 1e9}, {"cpu", "Test CPU 9000"},
+                      {"threads", 2},                          {"precision", "fp32"}};
+  plan::Request r = cpu_request(c, 24);
+  r.cpu_peak_gflops = 0;
+  r.machine = plan::parse_machine(j.dump(), "bench.json");
+  const plan::Plan p = plan::make_plan(r);
+  EXPECT_NEAR(p.tokens_per_s, tokens_per_s, 1e-6);
+  EXPECT_NE(p.mfu_source.find("calibrated from ctrl bench on Test CPU 9000"), std::string::npos);
+  EXPECT_NE(p.verdict.find("calibrated from ctrl bench on Test CPU 9000"), std::string::npos) << p.verdict;
+  // A measurement in another precision does not calibrate.
+  r.config = config_of("small", {"train.precision=bf16"});
+  r.cpu_peak_gflops = 800;
+  EXPECT_EQ(plan::make_plan(r).mfu_source, "default");
+  j.erase("share_of_gemm_peak");
+  EXPECT_THROW(plan::parse_machine(j.dump(), "bench.json"), Error);
+  EXPECT_THROW(plan::parse_machine("{not json", "bench.json"), Error);
+}
+
+TEST(Plan, UnsupportedPrecisionsAreRefused) {
+  EXPECT_THROW(plan::make_plan(gpu_request(config_of("base", {"train.precision=bf16"}), "V100-16GB", 2)), Error);
+  EXPECT_THROW(plan::make_plan(gpu_request(config_of("base", {"train.precision=bf16"}), "T4", 1)), Error);
+  EXPECT_THROW(plan::make_plan(gpu_request(config_of("base", {"train.precision=fp16"}), "K80", 1)), Error);
+  EXPECT_NO_THROW(plan::make_plan(gpu_request(config_of("base", {"train.precision=bf16"}), "A100-40GB", 1)));
+  EXPECT_THROW(plan::find_gpu("V200"), Error);
+  EXPECT_EQ(plan::find_gpu("v100-16gb").name, "V100-16GB");
+}
+
+TEST(Plan, CommandLineJsonIsParseableAndMatchesTheLibrary) {
+  std::string out;
+  ASSERT_EQ(run(std::string(CTRL_BINARY) +
+                    " plan --config base --tokens 10e9 --gpu V100-16GB --gpus 2 --precision fp16 --json"
+                    " --price-per-hour 3",
+                &out),
+            0)
+      << out;
+  const auto j = nlohmann::json::parse(out);
+  const plan::Plan p = plan::make_plan(gpu_request(config_of("base", {"train.precision=fp16"}), "V100-16GB", 2));
+  EXPECT_EQ(j.at("parameters").get<uint64_t>(), p.parameters);
+  EXPECT_EQ(j.at("largest_micro_batch").get<int64_t>(), p.largest_micro_batch);
+  EXPECT_EQ(j.at("memory_bytes").at("total").get<uint64_t>(), p.memory.total());
+  EXPECT_TRUE(j.at("fits").get<bool>());
+  EXPECT_EQ(j.at("mfu_source").get<std::string>(), "default");
+  EXPECT_NEAR(j.at("cost").get<double>(), p.hours_no_overlap * 3 * 2, 1e-6);
+  // The readable form ends with the verdict line.
+  ASSERT_EQ(run(std::string(CTRL_BINARY) + " plan --config base --tokens 10e9 --gpu V100-16GB --gpus 2 --precision fp16",
+                &out),
+            0);
+  EXPECT_NE(out.find("\nfits: yes, largest micro-batch " + std::to_string(p.largest_micro_batch)), std::string::npos)
+      << out;
+}
+
+TEST(Plan, BadFlagsGiveOneLineErrors) {
+  const std::string base = std::string(CTRL_BINARY) + " plan --config base ";
+  const std::string bad_json = testing::TempDir() + "plan_bad_bench.json";
+  std::ofstream(bad_json) << "{\"tokens_per_s\": 1}";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--tokens 1e9 --gpu V200", "unknown GPU"},
+      {"--tokens 1e9 --gpu V100-16GB --precision bf16", "no bf16"},
+      {"--gpu T4", "missing --tokens"},
+      {"--tokens lots --gpu T4", "--tokens expects a number"},
+      {"--tokens -5 --gpu T4", "--tokens must be a positive"},
+      {"--tokens 1e9 --gpu T4 --zero 2", "--zero must be 0 or 1"},
+      {"--tokens 1e9 --gpu T4 --gpus 0", "--gpus and --nodes must be at least 1"},
+      {"--tokens 1e9", "exactly one of"},
+      {"--tokens 1e9 --gpu T4 --hardware cpu", "exactly one of"},
+      {"--tokens 1e9 --hardware tpu", "expected cpu"},
+      {"--tokens 1e9 --machine /nonexistent/bench.json", "no such file"},
+      {"--tokens 1e9 --machine " + bad_json, "expected a number"},
+      {"--tokens 1e9 --gpu T4 --set model.n_head=7", "divisible"},
+      {"--tokens 1e9 --gpu T4 --frobnicate", "unknown flag --frobnicate"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    std::string err;
+    EXPECT_EQ(run(base + flags + " 2>&1 >/dev/null", &err), 1) << flags;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << flags << ": " << err;
+    EXPECT_NE(err.find(expected), std::string::npos) << flags << ": " << err;
+  }
+}
