@@ -48,6 +48,15 @@ TEST(Safetensors, HalfConversions) {
     EXPECT_NEAR(bf16_to_float(float_to_bf16(f)), f, std::abs(f) * 1e-2);
   }
   EXPECT_EQ(float_to_bf16(1.00390625f), 0x3f80);  // ties round to even
+  // Every half value survives the round trip, and the special values map as IEEE says.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue;  // NaN payloads
+    ASSERT_EQ(float_to_f16(f16_to_float(uint16_t(h))), h) << h;
+  }
+  EXPECT_EQ(float_to_f16(1e6f), 0x7c00);
+  EXPECT_EQ(float_to_f16(-0.0f), 0x8000);
+  EXPECT_EQ(f16_to_float(0x0001), 5.9604644775390625e-8f);
+  EXPECT_EQ(float_to_f16(1.0f + 1.0f / 2048), 0x3c00);  // halfway to the next half: ties to even
 }
 
 TEST(Shards, WriteReadAndDetectCorruption) {

@@ -1,6 +1,7 @@
 #include "core/safetensors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <bit>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -175,7 +176,28 @@ uint16_t float_to_bf16(float f) {
   return uint16_t(u >> 16);
 }
 
-float f16_to_float(uint16_t h) { return float(std::bit_cast<_Float16>(h)); }
-uint16_t float_to_f16(float f) { return std::bit_cast<uint16_t>(_Float16(f)); }
+// IEEE binary16 by bit manipulation (portable: not every compiler has _Float16).
+float f16_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN
+  if (exponent != 0) return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  const float magnitude = float(mantissa) * 5.9604644775390625e-8f;  // subnormal: mantissa · 2^-24
+  return sign ? -magnitude : magnitude;
+}
+
+uint16_t float_to_f16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000);
+  const uint32_t abs = u & 0x7fffffff;
+  if (abs > 0x7f800000) return uint16_t(sign | 0x7e00);  // NaN
+  if (abs >= 0x477ff000) return uint16_t(sign | 0x7c00);  // rounds to beyond 65504: inf
+  if (abs < 0x38800000) {  // below 2^-14: subnormal half, round to nearest even at 2^-24
+    const float scaled = std::bit_cast<float>(abs) * 16777216.0f;
+    return uint16_t(sign | uint16_t(std::nearbyint(scaled)));
+  }
+  uint32_t r = abs - 0x38000000;  // rebias the exponent from 127 to 15 (in place, shifted by 13)
+  r += 0xfff + ((r >> 13) & 1);   // round to nearest even
+  return uint16_t(sign | (r >> 13));
+}
 
 }  // namespace ctrl
