@@ -225,7 +225,9 @@ TEST(GradCheck, CausalAttention) {
     double s = 0;
     for (int64_t j = 0; j < T; ++j) {
       s += probs[i * T + j];
-      if (j > row) EXPECT_EQ(probs[i * T + j], 0.0f);
+      if (j > row) {
+        EXPECT_EQ(probs[i * T + j], 0.0f);
+      }
     }
     EXPECT_NEAR(s, 1.0, 1e-6);
   }
@@ -290,8 +292,11 @@ TEST(GradCheck, DropoutBackwardIsTheSameMask) {
   f();
   size_t dropped = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (y[i] == 0.0f) ++dropped;
-    else EXPECT_FLOAT_EQ(y[i], x[i] / 0.7f);
+    if (y[i] == 0.0f) {
+      ++dropped;
+    } else {
+      EXPECT_FLOAT_EQ(y[i], x[i] / 0.7f);
+    }
   }
   EXPECT_GT(dropped, 240u);  // binomial(1000, 0.3): mean 300, sd 14.5
   EXPECT_LT(dropped, 360u);
@@ -548,8 +553,11 @@ TEST(GradCheck, MicroBatchesSumToTheConcatenatedBatch) {
       scale = std::max(scale, double(std::abs(expected[i])));
       err = std::max(err, double(std::abs(model.grads[i] - expected[i])));
     }
-    if (t.name.find("Wk.bias") != std::string::npos) EXPECT_LT(err, 1e-6) << t.name;  // exact value 0
-    else EXPECT_LT(err / scale, 1e-5) << t.name;
+    if (t.name.find("Wk.bias") != std::string::npos) {
+      EXPECT_LT(err, 1e-6) << t.name;  // exact value 0
+    } else {
+      EXPECT_LT(err / scale, 1e-5) << t.name;
+    }
   }
 }
 
