@@ -154,6 +154,14 @@ TEST(Plan, FitsAndDoesNotFit) {
   EXPECT_FALSE(big.fits);
   EXPECT_EQ(big.largest_micro_batch, 0);
   EXPECT_NE(big.verdict.find("fits: no"), std::string::npos) << big.verdict;
+  // base needs about 1.9 GiB at micro-batch 1 on a CPU; ZeRO-1 over 4 machines brings it to about 1.4.
+  plan::Request four = cpu_request(config_of("base"), 1.6);
+  four.nodes = 4;
+  const plan::Plan without = plan::make_plan(four);
+  EXPECT_FALSE(without.fits);
+  EXPECT_NE(without.verdict.find("it fits with --zero 1"), std::string::npos) << without.verdict;
+  four.zero = 1;
+  EXPECT_TRUE(plan::make_plan(four).fits);
   // A fixed micro-batch too large for the device does not fit, though smaller ones do.
   plan::Request r = gpu_request(config_of("base"), "T4", 1);
   r.micro_batch = 4096;

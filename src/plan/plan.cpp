@@ -340,10 +340,13 @@ Plan make_plan(const Request& r) {
         gib(p.device_memory) + "), largest micro-batch " + std::to_string(p.largest_micro_batch) + "; if it did: ";
   } else {
     v = "fits: no, even micro-batch 1 needs " + gib(p.memory.total()) + " per device of " + gib(p.device_memory) +
-        (r.zero == 0 && p.ranks > 1 ? " (try --zero 1)" : "") + "; if it did: ";
+        (r.zero == 0 && p.ranks > 1 && memory_for(c, 1, p.ranks, overhead).total() <= p.device_memory
+             ? " (it fits with --zero 1)"
+             : "") +
+        "; if it did: ";
   }
   v += tokens_text(r.tokens) + " tokens in " + duration(p.hours_no_overlap);
-  if (p.ranks > 1 && p.hours_overlap < p.hours_no_overlap * 0.995)
+  if (p.ranks > 1 && duration(p.hours_overlap) != duration(p.hours_no_overlap))
     v += " (" + duration(p.hours_overlap) + " with full overlap)";
   if (p.mfu_source == "default")
     v += fmt(" at default MFU %.2f (not calibrated)", p.mfu);
@@ -352,6 +355,9 @@ Plan make_plan(const Request& r) {
   else
     v += fmt(" at MFU %.3f ", p.mfu) + "calibrated from ctrl bench on " + r.machine->cpu;
   if (r.price_per_hour > 0) v += fmt(", cost %.0f", p.cost);
+  if (p.zero_checkpoint_peak > p.device_memory)
+    v += "; warning: saving a checkpoint peaks at " + gib(p.zero_checkpoint_peak) +
+         " per rank (the engine's ZeRO-1 gathers the whole optimizer state)";
   p.verdict = v;
   return p;
 }
@@ -432,24 +438,28 @@ std::string plan_text(const Plan& p) {
   row("runtime overhead", gib(m.overhead));
   row("total", gib(m.total()) + " of " + gib(p.device_memory));
   row("largest micro-batch", std::to_string(p.largest_micro_batch));
-  row("batch", std::to_string(p.micro_batch) + " x " + std::to_string(p.accumulation_steps) + " accumulation x " +
-                   std::to_string(p.ranks) + " ranks = " + std::to_string(p.global_batch) + " sequences of " +
-                   std::to_string(c.model.n_ctx));
-  row("FLOPs per token", fmt("%.3g", p.flops_per_token));
-  row("total FLOPs", fmt("%.3g", p.total_flops) + " for " + tokens_text(p.request.tokens) + " tokens");
+  if (p.micro_batch > 0)
+    row("batch", std::to_string(p.micro_batch) + " x " + std::to_string(p.accumulation_steps) + " accumulation x " +
+                     std::to_string(p.ranks) + (p.ranks == 1 ? " rank = " : " ranks = ") +
+                     std::to_string(p.global_batch) + " sequences of " + std::to_string(c.model.n_ctx));
+  else
+    row("batch", "none: not even one sequence fits");
+  row("FLOPs per token", fmt("%.3e", p.flops_per_token));
+  row("total FLOPs", fmt("%.3e", p.total_flops) + " for " + tokens_text(p.request.tokens) + " tokens");
   row("peak per device", fmt("%.3g TFLOP/s ", p.peak_tflops) + c.train.precision);
   row("utilisation", fmt("MFU %.3f, ", p.mfu) + p.mfu_source);
   row("throughput", fmt("%.0f tokens/s", p.tokens_per_s));
   row("step", fmt("compute %.3f s", p.compute_s) + fmt(", all-reduce %.3f s", p.comm_s));
   if (p.ranks > 1) {
-    row("all-reduce", fmt("%.3g MB per rank per step over ", p.comm_bytes / 1e6) + p.comm_link);
+    row("all-reduce", (p.comm_bytes >= 1e9 ? fmt("%.2f GB", p.comm_bytes / 1e9) : fmt("%.0f MB", p.comm_bytes / 1e6)) +
+                         " per rank per step over " + p.comm_link);
     row("communication share", fmt("%.1f%% without overlap, ", 100 * p.comm_s / p.step_s_no_overlap) +
                                    fmt("%.1f%% with full overlap",
                                        100 * std::max(0.0, p.comm_s - p.compute_s) / p.step_s_overlap));
   }
   row("time", duration(p.hours_no_overlap) + " without overlap, " + duration(p.hours_overlap) + " with full overlap");
   if (p.request.price_per_hour > 0)
-    row("cost", fmt("%.0f", p.cost) + fmt(" (%.0f hours", p.hours_no_overlap) +
+    row("cost", fmt("%.0f", p.cost) + fmt(" (%.1f hours", p.hours_no_overlap) +
                     fmt(" x %g per hour x ", p.request.price_per_hour) +
                     std::to_string(p.request.gpu.empty() ? p.request.nodes : p.ranks) +
                     (p.request.gpu.empty() ? " machines)" : " GPUs)"));
