@@ -7,7 +7,7 @@
 #             OPENBLAS_L2_SIZE unset (OpenBLAS picks its AVX-512 kernels where
 #             the CPU has them), Debian's tcmalloc preloaded.
 # Then `ctrl bench --config PRESET --steps N --warmup W --threads THREADS
-# --set train.micro_batch=BATCH --json`, if the binary ($CTRL, else build/ctrl)
+# --set train.micro_batch=BATCH` with dropout 0 as PyTorch's side `--json`, if the binary ($CTRL, else build/ctrl)
 # has that command, and a table with the ratios ctrl/defaults and ctrl/tuned.
 # The JSON of every run is kept in RESULTS (a new temporary folder unless set).
 #
@@ -50,7 +50,8 @@ done
 if [ -x "$CTRL" ]; then
   echo "== ctrl bench --config $PRESET --steps $STEPS --threads $THREADS --set train.micro_batch=$BATCH" >&2
   if ! "$CTRL" bench --config "$PRESET" --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
-       --set train.micro_batch="$BATCH" --json > "$out/ctrl.json"; then
+       --set train.micro_batch="$BATCH" --set model.embd_pdrop=0 --set model.resid_pdrop=0 \
+       --json > "$out/ctrl.json"; then
     echo "train_vs_pytorch: '$CTRL bench' failed; showing PyTorch only" >&2
     rm -f "$out/ctrl.json"
   fi
