@@ -34,6 +34,7 @@ class Generator {
   int64_t position_ = 0;
   std::vector<float> k_cache_, v_cache_;  // [L, n_ctx, D]
   std::vector<float> x_, ln_, qkv_, att_, branch_, ffn_, logits_;
+  std::vector<float> emb_;  // factorized embedding: the E-wide embedding row, then the E-wide head input
   std::vector<float> mean_, rstd_;
 };
 

@@ -12,6 +12,12 @@ namespace ctrl {
 void export_hf(const std::string& checkpoint_path, const std::string& dir) {
   Checkpoint ckpt(checkpoint_path);
   const ModelConfig& m = ckpt.config().model;
+  // Hugging Face's CTRL has one set of parameters per layer and a D-wide tied embedding.
+  if (m.sharing != "none" || m.embedding_dim > 0)
+    fail(checkpoint_path + ": cannot export to Hugging Face CTRL: it has no " +
+         (m.sharing != "none" ? "cross-layer sharing (model.sharing=" + m.sharing + ")"
+                              : "factorized embedding (model.embedding_dim=" + std::to_string(m.embedding_dim) + ")") +
+         "; only models with model.sharing=none and model.embedding_dim=0 can be exported");
   auto ops = make_cpu_ops();
   Model model(m, *ops, 0);
   ckpt.load_parameters(model);

@@ -205,6 +205,7 @@ void validate(const Config& c) {
   need(m.sharing == "none" || m.sharing == "all" || m.sharing == "attention" || m.sharing == "ffn",
        "model.sharing must be none, all, attention or ffn, got '" + m.sharing + "'");
   need(m.embedding_dim >= 0 && m.embedding_dim <= m.d_model, "model.embedding_dim must be 0 (off) or at most d_model");
+  need(m.embedding_dim % 2 == 0, "model.embedding_dim must be even (the E-wide sinusoidal positions use sin and cos halves)");
   need(m.recompute == "none" || m.recompute == "cheap" || m.recompute == "layers",
        "model.recompute must be none, cheap or layers, got '" + m.recompute + "'");
   need(t.precision == "fp32" || t.precision == "bf16" || t.precision == "fp16",

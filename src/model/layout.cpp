@@ -26,10 +26,20 @@ const ParamTensor& ParamLayout::get(const std::string& name) const {
   return *t;
 }
 
+bool shares_attention(const ModelConfig& c) { return c.sharing == "all" || c.sharing == "attention"; }
+bool shares_ffn(const ModelConfig& c) { return c.sharing == "all" || c.sharing == "ffn"; }
+int64_t embedding_width(const ModelConfig& c) { return c.embedding_dim > 0 ? c.embedding_dim : c.d_model; }
+
+std::string layer_param_name(const ModelConfig& c, int layer, const std::string& suffix) {
+  const bool ffn_part = suffix.rfind("ffn.", 0) == 0 || suffix.rfind("layernorm2.", 0) == 0;
+  const bool shared = ffn_part ? shares_ffn(c) : shares_attention(c);
+  return "transformer.h." + std::to_string(shared ? 0 : layer) + "." + suffix;
+}
+
 ParamLayout make_param_layout(const ModelConfig& c) {
   ParamLayout p;
   // pad=false keeps the next tensor exactly adjacent (the fused Q/K/V matrix and bias).
-  auto add = [&](std::string name, std::vector<int64_t> shape, int layer, bool pad = true) {
+  auto add = [&](std::string name, std::vector<int64_t> shape, int layer, bool pad = true, bool shared = false) {
     ParamTensor t;
     t.name = std::move(name);
     t.numel = 1;
@@ -37,34 +47,51 @@ ParamLayout make_param_layout(const ModelConfig& c) {
     t.shape = std::move(shape);
     t.is_matrix = t.shape.size() >= 2;
     t.layer = layer;
+    t.shared = shared;
     t.offset = p.total;
     p.total = pad ? align_up(p.total + t.numel) : p.total + t.numel;
     p.tensors.push_back(std::move(t));
   };
-  const int64_t V = c.vocab_size, D = c.d_model, F = c.d_ff;
-  add("transformer.w.weight", {V, D}, -1);
+  const int64_t V = c.vocab_size, D = c.d_model, F = c.d_ff, E = embedding_width(c);
+  const bool factorized = c.embedding_dim > 0;
+  add("transformer.w.weight", {V, E}, -1);
+  if (factorized) {
+    add("transformer.w_proj_in.weight", {D, E}, -1);
+    add("transformer.w_proj_in.bias", {D}, -1);
+  }
+  const bool share_att = shares_attention(c) && c.n_layer > 1, share_ffn = shares_ffn(c) && c.n_layer > 1;
   for (int l = 0; l < int(c.n_layer); ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
     const std::string a = h + "multi_head_attention.";
-    add(a + "Wq.weight", {D, D}, l, false);
-    add(a + "Wk.weight", {D, D}, l, false);
-    add(a + "Wv.weight", {D, D}, l);
-    add(a + "Wq.bias", {D}, l, false);
-    add(a + "Wk.bias", {D}, l, false);
-    add(a + "Wv.bias", {D}, l);
-    add(a + "dense.weight", {D, D}, l);
-    add(a + "dense.bias", {D}, l);
-    add(h + "layernorm1.weight", {D}, l);
-    add(h + "layernorm1.bias", {D}, l);
-    add(h + "ffn.0.weight", {F, D}, l);
-    add(h + "ffn.0.bias", {F}, l);
-    add(h + "ffn.2.weight", {D, F}, l);
-    add(h + "ffn.2.bias", {D}, l);
-    add(h + "layernorm2.weight", {D}, l);
-    add(h + "layernorm2.bias", {D}, l);
+    if (l == 0 || !share_att) {
+      const bool s = share_att;
+      add(a + "Wq.weight", {D, D}, l, false, s);
+      add(a + "Wk.weight", {D, D}, l, false, s);
+      add(a + "Wv.weight", {D, D}, l, true, s);
+      add(a + "Wq.bias", {D}, l, false, s);
+      add(a + "Wk.bias", {D}, l, false, s);
+      add(a + "Wv.bias", {D}, l, true, s);
+      add(a + "dense.weight", {D, D}, l, true, s);
+      add(a + "dense.bias", {D}, l, true, s);
+      add(h + "layernorm1.weight", {D}, l, true, s);
+      add(h + "layernorm1.bias", {D}, l, true, s);
+    }
+    if (l == 0 || !share_ffn) {
+      const bool s = share_ffn;
+      add(h + "ffn.0.weight", {F, D}, l, true, s);
+      add(h + "ffn.0.bias", {F}, l, true, s);
+      add(h + "ffn.2.weight", {D, F}, l, true, s);
+      add(h + "ffn.2.bias", {D}, l, true, s);
+      add(h + "layernorm2.weight", {D}, l, true, s);
+      add(h + "layernorm2.bias", {D}, l, true, s);
+    }
   }
   add("transformer.layernorm.weight", {D}, -1);
   add("transformer.layernorm.bias", {D}, -1);
+  if (factorized) {
+    add("transformer.w_proj_out.weight", {E, D}, -1);
+    add("transformer.w_proj_out.bias", {E}, -1);
+  }
   add("lm_head.bias", {V}, -1);
   return p;
 }
@@ -74,40 +101,65 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B) {
   a.B = B;
   a.T = c.n_ctx;
   const size_t N = size_t(B) * size_t(c.n_ctx), D = size_t(c.d_model), F = size_t(c.d_ff);
+  const size_t E = size_t(embedding_width(c));
   const size_t probs = size_t(B) * size_t(c.n_head) * size_t(c.n_ctx) * size_t(c.n_ctx);
+  const bool factorized = c.embedding_dim > 0;
+  const bool cheap = c.recompute == "cheap", whole_layers = c.recompute == "layers";
   size_t at = 0;
   auto take = [&](size_t n) {
     const size_t o = at;
     at = align_up(at + n);
     return o;
   };
-  for (int l = 0; l < int(c.n_layer); ++l) {
-    ActivationLayout::Layer L;
-    L.x_in = take(N * D);
+  // Everything of one layer but its input, at fresh offsets (skipping the
+  // outputs that "cheap" recomputes into shared scratch).
+  auto take_layer_body = [&](ActivationLayout::Layer& L, bool keep_recomputable) {
     L.ln1_mean = take(N);
     L.ln1_rstd = take(N);
-    L.ln1_out = take(N * D);
+    if (keep_recomputable) L.ln1_out = take(N * D);
     L.qkv = take(N * 3 * D);
     L.probs = take(probs);
     L.att = take(N * D);
     L.x_mid = take(N * D);
     L.ln2_mean = take(N);
     L.ln2_rstd = take(N);
-    L.ln2_out = take(N * D);
-    L.ffn_h = take(N * F);
+    if (keep_recomputable) {
+      L.ln2_out = take(N * D);
+      L.ffn_h = take(N * F);
+    }
+  };
+  if (factorized) a.emb = take(N * E);
+  for (int l = 0; l < int(c.n_layer); ++l) {
+    ActivationLayout::Layer L{};
+    L.x_in = take(N * D);
+    if (!whole_layers) take_layer_body(L, !cheap);
     a.layers.push_back(L);
   }
   a.x_out = take(N * D);
   a.lnf_mean = take(N);
   a.lnf_rstd = take(N);
   a.lnf_out = take(N * D);
+  if (factorized) a.head_in = take(N * E);
   a.saved = at;
+  if (whole_layers) {  // one layer's activations, refilled by the backward's recomputation
+    ActivationLayout::Layer work{};
+    take_layer_body(work, true);
+    for (auto& L : a.layers) {
+      const size_t x_in = L.x_in;
+      L = work;
+      L.x_in = x_in;
+    }
+  } else if (cheap) {  // one LayerNorm output (ln1 and ln2 in turn) and one ReLU output
+    const size_t ln = take(N * D), ffn_h = take(N * F);
+    for (auto& L : a.layers) L.ln1_out = L.ln2_out = ln, L.ffn_h = ffn_h;
+  }
   a.d_x = take(N * D);
   a.d_x2 = take(N * D);
   a.d_ln = take(N * D);
   a.d_qkv = take(N * 3 * D);
   a.d_att = take(N * D);
   a.d_ffn = take(N * F);
+  if (factorized) a.d_emb = take(N * E);
   // The fused head works on row chunks so the [N, V] logits never exist whole.
   a.logits_rows = std::min<int64_t>(int64_t(N), 256);
   a.logits = take(size_t(a.logits_rows) * size_t(c.vocab_size));
@@ -118,10 +170,23 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B) {
 
 double train_flops_per_token(const ModelConfig& c) {
   const double D = double(c.d_model), F = double(c.d_ff), V = double(c.vocab_size), T = double(c.n_ctx);
-  const double matmul_params = double(c.n_layer) * (4 * D * D + 2 * D * F) + V * D;  // weights in products
+  const double E = double(embedding_width(c));
+  const double projections = c.embedding_dim > 0 ? 2 * D * E : 0.0;  // w_proj_in and w_proj_out
+  // Weights in products, each used once per token per layer (shared or not).
+  const double matmul_params = double(c.n_layer) * (4 * D * D + 2 * D * F) + V * E + projections;
   // Attention scores and weighted sum: 2 products of T x T x D per layer, as computed (full square).
   const double attention = double(c.n_layer) * 2.0 * 2.0 * T * D;
   return 3.0 * (2.0 * matmul_params + attention);  // backward costs twice the forward
+}
+
+double train_hardware_flops_per_token(const ModelConfig& c) {
+  const double D = double(c.d_model), F = double(c.d_ff), T = double(c.n_ctx), L = double(c.n_layer);
+  double repeated = 0;
+  if (c.recompute == "cheap") repeated = L * 2 * D * F;  // ffn.0 product (LayerNorms: no products)
+  // Each layer's forward up to the ReLU: Q/K/V, dense, attention, ffn.0 (ffn.2's output is not needed).
+  else if (c.recompute == "layers")
+    repeated = L * (2 * (4 * D * D + D * F) + 2.0 * 2.0 * T * D);
+  return train_flops_per_token(c) + repeated;
 }
 
 }  // namespace ctrl

@@ -23,6 +23,7 @@ struct ParamTensor {
   size_t numel = 0;
   bool is_matrix = false;       // AdamW weight decay applies to matrices only
   int layer = -1;               // transformer layer, -1 for embedding and head
+  bool shared = false;          // used by every layer (cross-layer sharing); named as layer 0's
 };
 
 struct ParamLayout {
@@ -35,10 +36,32 @@ struct ParamLayout {
 
 // Per-layer tensor order keeps Wq, Wk, Wv weights adjacent (and their biases
 // adjacent), so the three projections run as one [3D, D] matrix product.
+// Cross-layer sharing (config.sharing) stores a shared tensor once, under
+// layer 0's name; layers 1.. hold only their unshared tensors. A factorized
+// embedding (config.embedding_dim = E > 0) makes transformer.w.weight [V, E]
+// and adds transformer.w_proj_in.{weight [D, E], bias [D]} and
+// transformer.w_proj_out.{weight [E, D], bias [E]} (docs/lighter-models.md).
 ParamLayout make_param_layout(const ModelConfig& config);
+
+// Whether the layers share their attention block (Wq, Wk, Wv, dense,
+// layernorm1) or their feed-forward block (ffn.0, ffn.2, layernorm2).
+bool shares_attention(const ModelConfig& config);
+bool shares_ffn(const ModelConfig& config);
+// The state-dict name of the tensor that `layer` uses for `suffix` (e.g.
+// "layernorm1.weight", "multi_head_attention.Wq.bias"): layer 0's when shared.
+std::string layer_param_name(const ModelConfig& config, int layer, const std::string& suffix);
+// Width of the token embedding and of the tied output: E if factorized, else D.
+int64_t embedding_width(const ModelConfig& config);
 
 // Activations saved by the forward pass for the backward pass, and the
 // backward's scratch, for micro-batch B at context T = n_ctx.
+// Recomputation (config.recompute) changes what is saved: with "cheap" every
+// layer's ln1_out, ln2_out and ffn_h offsets point at one scratch copy that
+// the backward refills (LayerNorm forward again, ffn.0 product and ReLU
+// again); with "layers" only x_in is saved per layer and every other offset
+// of every layer points at one layer's scratch set, which the backward fills
+// by running that layer's forward again. Offsets that are not saved may alias
+// each other, so only the forward and backward of model.cpp may rely on them.
 struct ActivationLayout {
   struct Layer {
     size_t x_in, ln1_mean, ln1_rstd, ln1_out, qkv, probs, att, x_mid, ln2_mean, ln2_rstd, ln2_out, ffn_h;
@@ -47,6 +70,10 @@ struct ActivationLayout {
   DType dtype = DType::F32;
   std::vector<Layer> layers;
   size_t x_out = 0, lnf_mean = 0, lnf_rstd = 0, lnf_out = 0;  // after the last layer
+  // Factorized embedding only (E > 0, else 0): the E-wide embedding (input of
+  // w_proj_in), the E-wide head input (output of w_proj_out), and in scratch
+  // the gradient of either.
+  size_t emb = 0, head_in = 0, d_emb = 0;
   // Backward scratch, reused across layers.
   size_t d_x = 0, d_x2 = 0, d_ln = 0, d_qkv = 0, d_att = 0, d_ffn = 0;
   size_t logits = 0;                  // one chunk of rows x V for the fused head and loss
@@ -60,7 +87,14 @@ struct ActivationLayout {
 ActivationLayout make_activation_layout(const ModelConfig& config, int64_t micro_batch);
 
 // Floating-point operations of one training step per token (forward and
-// backward, matrix products and attention), for throughput figures.
+// backward, matrix products and attention), for throughput figures: the
+// model's FLOPs (the usual MFU basis), which sharing does not change, the
+// factorized embedding does (head V·E plus the two E·D projections), and
+// recomputation does not count.
 double train_flops_per_token(const ModelConfig& config);
+// The FLOPs the hardware executes per token: train_flops_per_token plus the
+// forward work recomputation repeats ("cheap": the ffn.0 product; "layers":
+// each layer's whole forward).
+double train_hardware_flops_per_token(const ModelConfig& config);
 
 }  // namespace ctrl

@@ -54,6 +54,16 @@ DropoutSpec Model::dropout(double p, bool training, uint64_t seed, uint64_t stre
   return s;
 }
 
+// The gradient reaching a residual branch y = x + dropout(b): the stream's
+// gradient itself when the branch has no dropout (the branch's backward only
+// reads it before the stream's gradient is added to), else a masked copy in scratch.
+float* Model::branch_gradient(float* d_stream, float* scratch, size_t n, const DropoutSpec& spec) {
+  if (spec.p <= 0) return d_stream;
+  ops_.copy(scratch, d_stream, n);
+  ops_.dropout(scratch, n, spec);
+  return scratch;
+}
+
 void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed) {
   CTRL_ASSERT(B * T <= acts_layout_.B * acts_layout_.T && T <= config_.n_ctx);
   const int64_t N = B * T, D = config_.d_model, E = embedding_width(config_);
@@ -107,7 +117,7 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
   const auto& A = acts_layout_;
   const bool cheap = config_.recompute == "cheap", whole_layers = config_.recompute == "layers";
   float* d_x = act(A.d_x);    // gradient of the residual stream
-  float* d_br = act(A.d_x2);  // gradient of a branch output (after dropout backward)
+  float* d_br = act(A.d_x2);  // scratch for a branch output's gradient (after dropout backward)
   float* d_ln = act(A.d_ln);
 
   if (factorized())  // head_in = lnf_out · w_proj_outᵀ + b
@@ -129,9 +139,8 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
       ops_.relu_forward(act(L.ffn_h), size_t(N * F));
     }
     // x_out = x_mid + dropout(ffn(ln2(x_mid)))
-    ops_.copy(d_br, d_x, ND);
-    ops_.dropout(d_br, ND, dropout(config_.resid_pdrop, training, seed, 2 + 2 * l));
-    ops_.linear_backward(act(A.d_ffn), G + W.w2, G + W.b2, d_br, act(L.ffn_h), P + W.w2, N, D, F, false);
+    float* d_ffn_out = branch_gradient(d_x, d_br, ND, dropout(config_.resid_pdrop, training, seed, 2 + 2 * l));
+    ops_.linear_backward(act(A.d_ffn), G + W.w2, G + W.b2, d_ffn_out, act(L.ffn_h), P + W.w2, N, D, F, false);
     ops_.relu_backward(act(A.d_ffn), act(L.ffn_h), size_t(N * F));
     ops_.linear_backward(d_ln, G + W.w0, G + W.b0, act(A.d_ffn), act(L.ln2_out), P + W.w0, N, F, D, false);
     ops_.layernorm_backward(d_x, G + W.ln2_w, G + W.ln2_b, d_ln, act(L.x_mid), act(L.ln2_mean), act(L.ln2_rstd),
@@ -140,9 +149,8 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
     if (cheap)  // ln1_out shares its scratch with ln2_out
       ops_.layernorm_forward(act(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), act(L.x_in), P + W.ln1_w, P + W.ln1_b, N,
                              D, 1e-6f);
-    ops_.copy(d_br, d_x, ND);
-    ops_.dropout(d_br, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
-    ops_.linear_backward(act(A.d_att), G + W.wdense, G + W.bdense, d_br, act(L.att), P + W.wdense, N, D, D, false);
+    float* d_att_out = branch_gradient(d_x, d_br, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
+    ops_.linear_backward(act(A.d_att), G + W.wdense, G + W.bdense, d_att_out, act(L.att), P + W.wdense, N, D, D, false);
     ops_.attention_backward(act(A.d_qkv), act(A.d_att), act(L.qkv), act(L.probs), B, T, D, H);
     ops_.linear_backward(d_ln, G + W.wqkv, G + W.bqkv, act(A.d_qkv), act(L.ln1_out), P + W.wqkv, N, 3 * D, D, false);
     ops_.layernorm_backward(d_x, G + W.ln1_w, G + W.ln1_b, d_ln, act(L.x_in), act(L.ln1_mean), act(L.ln1_rstd),
