@@ -66,7 +66,9 @@ int run(const std::vector<std::string>& argv) {
     if (s >= warmup) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   const double tokens_per_s = double(steps * B * T) / seconds;
+  // Model FLOPs (the MFU basis) and what the hardware ran, recomputation included.
   const double flops = train_flops_per_token(m) * tokens_per_s;
+  const double hardware_flops = train_hardware_flops_per_token(m) * tokens_per_s;
   const double peak = cpu::measure_gemm_peak_gflops(false, 1.0) * 1e9;
   nlohmann::ordered_json j;
   j["config"] = config.preset;
@@ -76,7 +78,12 @@ int run(const std::vector<std::string>& argv) {
   j["steps"] = steps;
   j["it_per_s"] = double(steps) / seconds;
   j["tokens_per_s"] = tokens_per_s;
+  j["model_flops_per_token"] = train_flops_per_token(m);
+  j["hardware_flops_per_token"] = train_hardware_flops_per_token(m);
   j["achieved_gflops"] = flops / 1e9;
+  j["hardware_gflops"] = hardware_flops / 1e9;
+  j["activation_bytes"] = model.activation_layout().bytes();
+  j["parameter_bytes"] = model.layout().total * sizeof(float);
   j["gemm_peak_gflops"] = peak / 1e9;
   j["share_of_gemm_peak"] = flops / peak;
   j["peak_rss_bytes"] = peak_rss_bytes();
@@ -93,6 +100,11 @@ int run(const std::vector<std::string>& argv) {
     std::printf("  %.3f it/s, %.0f tokens/s\n", double(steps) / seconds, tokens_per_s);
     std::printf("  %.1f GFLOP/s achieved = %.0f%% of the measured fp32 GEMM peak (%.1f GFLOP/s)\n", flops / 1e9,
                 100.0 * flops / peak, peak / 1e9);
+    std::printf("  %.1f MFLOP per token (model), %.1f with recomputation (hardware: %.1f GFLOP/s)\n",
+                train_flops_per_token(m) / 1e6, train_hardware_flops_per_token(m) / 1e6, hardware_flops / 1e9);
+    std::printf("  activations %.1f MiB, parameters %.1f MiB\n",
+                double(model.activation_layout().bytes()) / (1 << 20),
+                double(model.layout().total * sizeof(float)) / (1 << 20));
     std::printf("  peak memory %.0f MiB\n", double(peak_rss_bytes()) / (1 << 20));
   }
   if (args.has("profile")) std::printf("\ntime per op over all %lld steps:\n%s", static_cast<long long>(warmup + steps),
