@@ -85,6 +85,24 @@ TEST(Plan, ParameterCountsOfThePresets) {
   EXPECT_EQ(n, 1637964550u);  // "1.63 billion parameters" (Keskar et al. 2019)
 }
 
+TEST(Plan, SharedParametersCountOnceAndRecomputationCostsTime) {
+  const uint64_t V = 32000, L = 12, D = 768, F = 3072;
+  const uint64_t attention = 4 * D * D + 4 * D + 2 * D, ffn = 2 * D * F + F + D + 2 * D;
+  auto count = [](const Config& c) { return plan::make_plan(cpu_request(c, 24)).parameters; };
+  EXPECT_EQ(count(config_of("base", {"model.sharing=all"})), V * D + attention + ffn + 2 * D + V);
+  EXPECT_EQ(count(config_of("base", {"model.sharing=attention"})), V * D + attention + L * ffn + 2 * D + V);
+  EXPECT_EQ(count(config_of("base", {"model.sharing=ffn"})), V * D + L * attention + ffn + 2 * D + V);
+  // Recomputation saves activation memory and costs time; model FLOPs stay the same.
+  const plan::Plan none = plan::make_plan(gpu_request(config_of("base"), "A100-40GB", 1));
+  const plan::Plan layers = plan::make_plan(gpu_request(config_of("base", {"model.recompute=layers"}), "A100-40GB", 1));
+  EXPECT_GT(layers.largest_micro_batch, 2 * none.largest_micro_batch);
+  EXPECT_EQ(layers.flops_per_token, none.flops_per_token);
+  EXPECT_GT(layers.hardware_flops_per_token, none.flops_per_token);
+  EXPECT_EQ(none.hardware_flops_per_token, none.flops_per_token);
+  EXPECT_NEAR(layers.hours_no_overlap / none.hours_no_overlap,
+              layers.hardware_flops_per_token / none.flops_per_token, 1e-9);
+}
+
 TEST(Plan, PredictedBuffersEqualTheEnginesAllocationExactly) {
   auto ops = make_cpu_ops();
   struct Case {
@@ -97,6 +115,9 @@ TEST(Plan, PredictedBuffersEqualTheEnginesAllocationExactly) {
       {"tiny", {"train.optimizer=adagrad", "model.n_ctx=64", "model.vocab_size=1001"}, 5},
       {"small", {"model.n_layer=2"}, 2},
       {"tiny", {"model.d_model=96", "model.n_head=3", "model.d_ff=200", "model.n_ctx=37"}, 7},
+      {"tiny", {"model.sharing=all", "model.recompute=cheap"}, 4},
+      {"tiny", {"model.sharing=attention", "model.embedding_dim=64", "model.recompute=layers"}, 3},
+      {"small", {"model.sharing=ffn", "model.n_layer=3", "train.optimizer=adagrad"}, 2},
   };
   for (const auto& k : cases) {
     const Config c = config_of(k.preset, k.sets);

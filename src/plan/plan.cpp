@@ -208,6 +208,7 @@ Plan make_plan(const Request& r) {
   p.ranks = r.gpus_per_node * r.nodes;
   p.parameters = make_param_layout(c.model).count();
   p.flops_per_token = train_flops_per_token(c.model);
+  p.hardware_flops_per_token = train_hardware_flops_per_token(c.model);
   p.total_flops = p.flops_per_token * r.tokens;
 
   // The device: memory per rank, peak FLOP/s, utilisation, links.
@@ -306,7 +307,9 @@ Plan make_plan(const Request& r) {
   // Time: compute at peak × MFU on every rank; a ring all-reduce of the fp32
   // gradients once per optimizer step, limited by its slowest link.
   const double tokens_per_step = double(p.global_batch) * double(c.model.n_ctx);
-  p.tokens_per_s = double(p.ranks) * p.peak_tflops * 1e12 * p.mfu / p.flops_per_token;
+  // The utilisation applies to the FLOPs the hardware executes, which
+  // recomputation raises above the model's (they are equal without it).
+  p.tokens_per_s = double(p.ranks) * p.peak_tflops * 1e12 * p.mfu / p.hardware_flops_per_token;
   p.compute_s = tokens_per_step / p.tokens_per_s;
   if (p.ranks > 1) {
     const double grad_bytes = double(p.memory.grads);
@@ -390,6 +393,7 @@ std::string plan_json(const Plan& p) {
   j["global_batch"] = p.global_batch;
   j["tokens"] = p.request.tokens;
   j["flops_per_token"] = p.flops_per_token;
+  j["hardware_flops_per_token"] = p.hardware_flops_per_token;
   j["total_flops"] = p.total_flops;
   j["peak_tflops_per_device"] = p.peak_tflops;
   j["mfu"] = p.mfu;
@@ -445,6 +449,8 @@ std::string plan_text(const Plan& p) {
   else
     row("batch", "none: not even one sequence fits");
   row("FLOPs per token", fmt("%.3e", p.flops_per_token));
+  if (p.hardware_flops_per_token != p.flops_per_token)
+    row("executed FLOPs per token", fmt("%.3e", p.hardware_flops_per_token) + " (recompute " + c.model.recompute + ")");
   row("total FLOPs", fmt("%.3e", p.total_flops) + " for " + tokens_text(p.request.tokens) + " tokens");
   row("peak per device", fmt("%.3g TFLOP/s ", p.peak_tflops) + c.train.precision);
   row("utilisation", fmt("MFU %.3f, ", p.mfu) + p.mfu_source);

@@ -123,11 +123,12 @@ struct Plan {
   uint64_t zero_checkpoint_peak = 0;
   int64_t largest_micro_batch = 0;  // 0: not even one sequence fits
   int64_t accumulation_steps = 0, global_batch = 0;  // global_batch as run: accum × micro × ranks
-  double flops_per_token = 0, total_flops = 0;
+  double flops_per_token = 0, total_flops = 0;  // the model's (train_flops_per_token), the MFU basis
+  double hardware_flops_per_token = 0;           // executed, with recomputation (train_hardware_flops_per_token)
   double peak_tflops = 0;      // per device, this precision
   double mfu = 0;
   std::string mfu_source;      // "default", "calibrated from ctrl bench on <cpu>", "--mfu"
-  double tokens_per_s = 0;     // all ranks, compute only
+  double tokens_per_s = 0;     // all ranks, compute only: ranks x peak x mfu / hardware FLOPs per token
   double compute_s = 0, comm_s = 0;  // per optimizer step
   double comm_bytes = 0;       // all-reduce traffic each rank sends per step
   double comm_gbs = 0;         // bandwidth of the ring's slowest link, GB/s
