@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -39,6 +40,13 @@ struct DropoutSpec {
   uint64_t seed = 0;
   uint64_t stream = 0;       // distinguishes the dropout sites (layer, branch)
   uint64_t first_index = 0;  // index of the buffer's first element
+};
+
+struct UpdateSegment {
+  size_t param_offset = 0;  // in the parameter buffer
+  size_t state_offset = 0;  // in the gradient and optimizer-state buffers
+  size_t n = 0;
+  float weight_decay = 0;   // AdamW only
 };
 
 class Ops {
@@ -108,11 +116,16 @@ class Ops {
   virtual void scale(float* x, size_t n, float factor) = 0;
   virtual void fill(float* x, size_t n, float value) = 0;
 
-  // PyTorch AdamW: p -= lr·wd·p; m,v moments; p -= lr/(1-β1ᵗ) · m / (√v/√(1-β2ᵗ) + eps).
-  virtual void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
-                            float beta2, float eps, float weight_decay, int64_t t) = 0;
+  // Optimizer updates over a list of segments (one per parameter tensor or
+  // part of one), in one pass: segment k updates params[param_offset, +n)
+  // from grads and state at [state_offset, +n).
+  // PyTorch AdamW: p -= lr·wd·p; m, v moments; p -= lr/(1-β1ᵗ) · m / (√v/√(1-β2ᵗ) + eps).
+  virtual void adamw_update(float* params, const float* grads, float* m, float* v,
+                            const std::vector<UpdateSegment>& segments, float lr, float beta1, float beta2, float eps,
+                            int64_t t) = 0;
   // TensorFlow Adagrad: acc += g²; p -= lr · g / √acc (acc starts at a positive value, no epsilon).
-  virtual void adagrad_update(float* p, const float* g, float* acc, size_t n, float lr) = 0;
+  virtual void adagrad_update(float* params, const float* grads, float* acc, const std::vector<UpdateSegment>& segments,
+                              float lr) = 0;
 };
 
 // The CPU backend (OpenMP threads, oneDNN matrix products).

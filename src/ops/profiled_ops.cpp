@@ -106,14 +106,15 @@ class ProfiledOps final : public Ops {
     Timer timer(entries["fill"]);
     inner_->fill(x, n, value);
   }
-  void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                    float eps, float weight_decay, int64_t t) override {
+  void adamw_update(float* params, const float* grads, float* m, float* v, const std::vector<UpdateSegment>& segments,
+                    float lr, float beta1, float beta2, float eps, int64_t t) override {
     Timer timer(entries["adamw_update"]);
-    inner_->adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+    inner_->adamw_update(params, grads, m, v, segments, lr, beta1, beta2, eps, t);
   }
-  void adagrad_update(float* p, const float* g, float* acc, size_t n, float lr) override {
+  void adagrad_update(float* params, const float* grads, float* acc, const std::vector<UpdateSegment>& segments,
+                      float lr) override {
     Timer timer(entries["adagrad_update"]);
-    inner_->adagrad_update(p, g, acc, n, lr);
+    inner_->adagrad_update(params, grads, acc, segments, lr);
   }
 
  private:

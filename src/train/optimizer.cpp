@@ -32,20 +32,19 @@ double Optimizer::clip(Buffer& grads, double max_norm) const {
 
 void Optimizer::step(Buffer& params, const float* shard_grads, double lr) {
   ++t_;
-  const size_t end = shard_begin_ + shard_size_;
-  for (const auto& t : layout_.tensors) {
-    const size_t lo = std::max(t.offset, shard_begin_), hi = std::min(t.offset + t.numel, end);
-    if (lo >= hi) continue;
-    float* p = params.data() + lo;
-    const float* g = shard_grads + (lo - shard_begin_);
-    const size_t s = lo - shard_begin_, n = hi - lo;
-    if (config_.optimizer == "adamw") {
-      ops_.adamw_update(p, g, m_.data() + s, v_.data() + s, n, float(lr), float(config_.beta1), float(config_.beta2),
-                        float(config_.eps), t.is_matrix ? float(config_.weight_decay) : 0.0f, t_);
-    } else {
-      ops_.adagrad_update(p, g, v_.data() + s, n, float(lr));
+  if (segments_.empty()) {  // the parts of each tensor inside the shard, computed once
+    const size_t end = shard_begin_ + shard_size_;
+    for (const auto& t : layout_.tensors) {
+      const size_t lo = std::max(t.offset, shard_begin_), hi = std::min(t.offset + t.numel, end);
+      if (lo < hi)
+        segments_.push_back({lo, lo - shard_begin_, hi - lo, t.is_matrix ? float(config_.weight_decay) : 0.0f});
     }
   }
+  if (config_.optimizer == "adamw")
+    ops_.adamw_update(params.data(), shard_grads, m_.data(), v_.data(), segments_, float(lr), float(config_.beta1),
+                      float(config_.beta2), float(config_.eps), t_);
+  else
+    ops_.adagrad_update(params.data(), shard_grads, v_.data(), segments_, float(lr));
 }
 
 std::vector<std::pair<std::string, Buffer*>> Optimizer::state() {

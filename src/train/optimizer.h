@@ -48,6 +48,7 @@ class Optimizer {
   Ops& ops_;
   size_t shard_begin_, shard_size_;
   Buffer m_, v_;  // AdamW moments, or v_ as the Adagrad accumulator
+  std::vector<UpdateSegment> segments_;
   int64_t t_ = 0;
 };
 

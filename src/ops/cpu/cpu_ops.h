@@ -41,9 +41,10 @@ class CpuOps final : public Ops {
   double sum_squares(const float* x, size_t n) override;
   void scale(float* x, size_t n, float factor) override;
   void fill(float* x, size_t n, float value) override;
-  void adamw_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                    float eps, float weight_decay, int64_t t) override;
-  void adagrad_update(float* p, const float* g, float* acc, size_t n, float lr) override;
+  void adamw_update(float* params, const float* grads, float* m, float* v, const std::vector<UpdateSegment>& segments,
+                    float lr, float beta1, float beta2, float eps, int64_t t) override;
+  void adagrad_update(float* params, const float* grads, float* acc, const std::vector<UpdateSegment>& segments,
+                      float lr) override;
 
  private:
   std::vector<float> positions_;  // cached sinusoidal table [T, D]
