@@ -302,6 +302,16 @@ TEST(Plan, MachineFileCalibratesTheUtilisation) {
   EXPECT_NEAR(p.tokens_per_s, tokens_per_s, 1e-6);
   EXPECT_NE(p.mfu_source.find("calibrated from ctrl bench on Test CPU 9000"), std::string::npos);
   EXPECT_NE(p.verdict.find("calibrated from ctrl bench on Test CPU 9000"), std::string::npos) << p.verdict;
+  // A run with recomputation: the executed FLOP/s calibrate, and the same config reproduces the throughput.
+  const Config rc = config_of("small", {"model.recompute=layers"});
+  nlohmann::json jr = j;
+  jr["achieved_gflops"] = tokens_per_s * train_flops_per_token(rc.model) / 1e9;
+  jr["share_of_gemm_peak"] = jr["achieved_gflops"].get<double>() / peak;
+  jr["hardware_gflops"] = tokens_per_s * train_hardware_flops_per_token(rc.model) / 1e9;
+  plan::Request rr = r;
+  rr.config = rc;
+  rr.machine = plan::parse_machine(jr.dump(), "bench.json");
+  EXPECT_NEAR(plan::make_plan(rr).tokens_per_s, tokens_per_s, 1e-6);
   // A measurement in another precision does not calibrate.
   r.config = config_of("small", {"train.precision=bf16"});
   r.cpu_peak_gflops = 800;

@@ -138,6 +138,8 @@ MachineProfile parse_machine(const std::string& text, const std::string& where) 
   m.precision = text_of("precision");
   if (!(m.gemm_peak_gflops > 0) || !(m.share_of_gemm_peak > 0) || m.share_of_gemm_peak > 1.5)
     fail(where + ": gemm_peak_gflops must be positive and share_of_gemm_peak in (0, 1.5]");
+  m.hardware_share = j.contains("hardware_gflops") ? number("hardware_gflops") / m.gemm_peak_gflops
+                                                    : m.share_of_gemm_peak;
   return m;
 }
 
@@ -240,7 +242,7 @@ Plan make_plan(const Request& r) {
       name = r.machine->cpu;
       if (r.machine->precision == precision) {
         peak_gflops = r.machine->gemm_peak_gflops;
-        p.mfu = r.machine->share_of_gemm_peak;
+        p.mfu = r.machine->hardware_share;
         p.mfu_source = "calibrated from ctrl bench on " + r.machine->cpu + " (" +
                        std::to_string(r.machine->threads) + " threads, " + r.machine->path + ")";
       } else {

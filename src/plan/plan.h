@@ -79,6 +79,9 @@ double gpu_peak_tflops(const GpuSpec& gpu, const std::string& precision);
 struct MachineProfile {
   std::string path, cpu, precision;
   double tokens_per_s = 0, achieved_gflops = 0, gemm_peak_gflops = 0, share_of_gemm_peak = 0;
+  // Executed FLOP/s over the GEMM peak: hardware_gflops / gemm_peak_gflops when
+  // the file has it (recomputation), else share_of_gemm_peak.
+  double hardware_share = 0;
   uint64_t peak_rss_bytes = 0;
   int64_t threads = 0;
 };
