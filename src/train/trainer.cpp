@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -70,6 +72,21 @@ void draw_loss_curve(const std::string& run_dir) {
   std::vector<Series> all = {train};
   for (auto& [k, s] : held_out) all.push_back(s);
   if (!train.x.empty()) write_line_chart(run_dir + "/loss.svg", "Training loss", "step", "loss (nats/token)", all);
+}
+
+// Test hook for tests/mpi/test_trainer_mpi.cpp: CTRL_TEST_FAULT=kill:N (or
+// stop:N) makes rank 1 send itself SIGKILL (SIGSTOP) just before optimizer
+// step N, to show how a job ends when a rank dies (hangs) mid-training.
+// Returns {signal, N}, or {0, 0} when the variable is unset.
+std::pair<int, int64_t> test_fault() {
+  const char* v = std::getenv("CTRL_TEST_FAULT");
+  if (!v) return {0, 0};
+  const std::string s = v;
+  const size_t colon = s.find(':');
+  const std::string kind = s.substr(0, colon);
+  if (colon == std::string::npos || (kind != "kill" && kind != "stop"))
+    fail("CTRL_TEST_FAULT: expected kill:STEP or stop:STEP, got '" + s + "'");
+  return {kind == "kill" ? SIGKILL : SIGSTOP, std::stoll(s.substr(colon + 1))};
 }
 
 }  // namespace
@@ -181,7 +198,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
     size_t lo = SIZE_MAX, hi = 0;
     for (const auto& p : layout.tensors)
       if (p.layer == l) lo = std::min(lo, p.offset), hi = std::max(hi, p.offset + p.numel);
-    layer_ranges_.emplace_back(lo, hi);
+    // A layer that owns no tensors (cross-layer sharing stores them under layer 0) has an empty bucket.
+    layer_ranges_.emplace_back(lo < hi ? lo : 0, lo < hi ? hi : 0);
   }
   share_initial_state(checkpoint.get());
   if (writer()) {
@@ -253,7 +271,7 @@ void Trainer::train_step() {
     if (overlap)
       model_->set_layer_backward_hook([this](int layer) {
         const auto [lo, hi] = layer_ranges_[size_t(layer)];
-        pending_.push_back(comm_->all_reduce_sum_start(model_->grads.data() + lo, hi - lo));
+        if (hi > lo) pending_.push_back(comm_->all_reduce_sum_start(model_->grads.data() + lo, hi - lo));
       });
     batches_->train(seq, t.micro_batch, tokens_.data(), targets_.data());
     loss_sum += model_->forward_backward(tokens_.data(), targets_.data(), t.micro_batch, T, grad_scale,
@@ -375,7 +393,9 @@ void Trainer::run() {
                  config_.preset.c_str(), double(model_->layout().count()) / 1e6, static_cast<long long>(t.steps),
                  static_cast<long long>(t.global_batch), static_cast<long long>(config_.model.n_ctx),
                  omp_get_max_threads());
+  const auto [fault, fault_step] = test_fault();
   while (state_.step < t.steps) {
+    if (fault && comm_->rank() == 1 && state_.step + 1 == fault_step) std::raise(fault);
     train_step();
     if (t.eval_every > 0 && state_.step % t.eval_every == 0) evaluate();
     if (t.checkpoint_every > 0 && state_.step % t.checkpoint_every == 0) save();

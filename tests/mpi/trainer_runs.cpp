@@ -1,0 +1,303 @@
+// Data-parallel training end to end: each test launches `ctrl train` under
+// mpiexec (and plain, as the one-process reference) on a tiny model, then
+// compares the runs' metrics.jsonl and final checkpoints, or checks how a
+// broken job ends. Built as ctrl_mpi_trainer_tests and run by ctest in a plain
+// process (never under mpiexec): tests mpi_trainer_*.
+//
+// Tolerance: two ranks with micro-batch b sum the same gradients as one rank
+// with micro-batch 2b, only in another order, so fp32 rounding differs in the
+// last bits. Over 20 steps with dropout on, the loss and gradient norm differ
+// by at most 2.5e-8 (relative) and every parameter and optimizer-state element
+// by at most 7.5e-7 · (1 + |value|); the tests allow kLossTolerance and
+// kParamTolerance, more than 10x that. One exception: the key bias (Wk.bias)
+// has zero gradient in exact arithmetic (softmax ignores a shift common to all
+// scores of a query), so its gradient is pure rounding noise, which AdamW
+// normalizes into steps of up to lr · 0.1; its elements are only required to
+// stay that small on both sides.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "train/checkpoint.h"
+
+namespace ctrl {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kLossTolerance = 1e-6;
+constexpr double kParamTolerance = 1e-5;
+constexpr double kNoiseBound = 1e-3;  // |Wk.bias| after 20 AdamW steps of lr 0.01
+
+struct Job {
+  int exit_code = -1;  // -1 when the launcher did not exit normally
+  std::string output;  // stdout and stderr of every rank and of mpiexec
+  double seconds = 0;
+};
+
+// Runs a shell command, with a hard limit of 90 s so a broken job cannot hang the test.
+Job run(const std::string& command) {
+  const std::string cmd = "timeout -s KILL 90 " + command + " 2>&1";
+  const auto start = std::chrono::steady_clock::now();
+  Job job;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) {
+    ADD_FAILURE() << "cannot run " << cmd;
+    return job;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) job.output.append(buf, n);
+  const int status = pclose(pipe);
+  job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (WIFEXITED(status)) job.exit_code = WEXITSTATUS(status);
+  return job;
+}
+
+fs::path work_dir() { return fs::temp_directory_path() / ("ctrl_mpi_trainer_" + std::to_string(getpid())); }
+
+// Removes the runs' directory at the end unless a test failed (then it stays for a look).
+class CleanUp : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (!::testing::UnitTest::GetInstance()->Failed()) fs::remove_all(work_dir());
+  }
+};
+const auto* const clean_up = ::testing::AddGlobalTestEnvironment(new CleanUp);
+
+std::string fresh_dir(const std::string& name) {
+  const fs::path p = work_dir() / name;
+  fs::remove_all(p);
+  fs::create_directories(p.parent_path());
+  return p.string();
+}
+
+// The tiny model and schedule every run shares (dropout 0.1 stays on). The
+// "warmup" schedule does not depend on train.steps, so a 10-step run resumed
+// to 20 steps follows the 20-step run.
+std::string model_flags() {
+  std::string s = " --config tiny --quiet";
+  for (const char* set :
+       {"model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "model.n_head=2", "model.d_ff=64",
+        "model.n_ctx=16", "train.global_batch=8", "train.steps=20", "train.schedule=warmup", "train.warmup_steps=3",
+        "train.lr=0.01", "train.log_every=1", "train.eval_every=10", "train.eval_batches=2",
+        "train.checkpoint_every=10", "train.keep_checkpoints=5"})
+    s += std::string(" --set ") + set;
+  return s;
+}
+
+// `ctrl train` on `ranks` processes under mpiexec (0: one plain process,
+// without mpiexec), with micro-batch `micro`, into `out`, plus `extra` flags.
+std::string train(int ranks, int micro, const std::string& out, const std::string& extra = "") {
+  const std::string ctrl = std::string(CTRL_BINARY) + " train" + model_flags() +
+                           " --set train.micro_batch=" + std::to_string(micro) + " --out " + out + " " + extra;
+  if (ranks == 0) return ctrl;
+  return "mpiexec --oversubscribe --bind-to none -np " + std::to_string(ranks) + " " + ctrl;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+struct Metrics {
+  std::vector<int64_t> steps;
+  std::vector<double> loss, grad_norm, eval_loss;  // eval_loss: every code's held-out loss, in file order
+};
+
+Metrics read_metrics(const std::string& run_dir) {
+  Metrics m;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) {
+      m.steps.push_back(j["step"].get<int64_t>());
+      m.loss.push_back(j["loss"].get<double>());
+      m.grad_norm.push_back(j["grad_norm"].get<double>());
+    }
+    if (j.contains("eval"))
+      for (const auto& [code, e] : j["eval"].items()) m.eval_loss.push_back(e.at("loss").get<double>());
+  }
+  return m;
+}
+
+// Losses, gradient norms and held-out losses of two runs agree step by step
+// within `rel` (0: bit for bit).
+void expect_same_metrics(const std::string& a_dir, const std::string& b_dir, double rel) {
+  const Metrics a = read_metrics(a_dir), b = read_metrics(b_dir);
+  ASSERT_EQ(a.steps.size(), 20u) << a_dir;
+  ASSERT_EQ(a.steps, b.steps) << a_dir << " vs " << b_dir;
+  ASSERT_EQ(a.eval_loss.size(), b.eval_loss.size());
+  auto close = [&](double x, double y) { return std::fabs(x - y) <= rel * std::fabs(y); };
+  for (size_t i = 0; i < a.loss.size(); ++i) {
+    EXPECT_TRUE(close(a.loss[i], b.loss[i])) << "step " << a.steps[i] << " loss " << a.loss[i] << " vs " << b.loss[i];
+    EXPECT_TRUE(close(a.grad_norm[i], b.grad_norm[i]))
+        << "step " << a.steps[i] << " grad_norm " << a.grad_norm[i] << " vs " << b.grad_norm[i];
+  }
+  for (size_t i = 0; i < a.eval_loss.size(); ++i)
+    EXPECT_TRUE(close(a.eval_loss[i], b.eval_loss[i])) << "eval " << a.eval_loss[i] << " vs " << b.eval_loss[i];
+}
+
+// Every tensor of the two runs' step-20 checkpoints (parameters and optimizer
+// state) agrees element-wise: |a - b| <= tol * (1 + |b|) (tol 0: bit for bit).
+void expect_same_checkpoint(const std::string& a_dir, const std::string& b_dir, double tol) {
+  const std::string a_path = checkpoint_path(a_dir, 20), b_path = checkpoint_path(b_dir, 20);
+  Checkpoint verify_a(a_path), verify_b(b_path);  // format and checksum
+  EXPECT_EQ(verify_a.contents().state.step, 20);
+  EXPECT_EQ(verify_a.contents().state.next_sequence, verify_b.contents().state.next_sequence);
+  const SafetensorsReader a(a_path), b(b_path);
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  size_t compared = 0;
+  for (const auto& [name, info] : a.tensors()) {
+    if (name == "tokenizer.model") continue;
+    ASSERT_TRUE(b.has(name)) << name;
+    const std::vector<float> x = a.read_floats(name), y = b.read_floats(name);
+    ASSERT_EQ(x.size(), y.size()) << name;
+    if (tol > 0 && name.rfind("optimizer.", 0) != 0 && name.ends_with(".Wk.bias")) {  // see the top of the file
+      for (size_t i = 0; i < x.size(); ++i)
+        ASSERT_TRUE(std::fabs(x[i]) < kNoiseBound && std::fabs(y[i]) < kNoiseBound) << name << "[" << i << "]";
+      continue;
+    }
+    double worst = -INFINITY;  // largest difference beyond the tolerance
+    size_t at = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double excess = std::fabs(double(x[i]) - double(y[i])) - tol * (1 + std::fabs(double(y[i])));
+      if (excess > worst) worst = excess, at = i;
+    }
+    EXPECT_LE(worst, 0.0) << name << "[" << at << "]: " << x[at] << " vs " << y[at] << " (" << a_path << ")";
+    ++compared;
+  }
+  EXPECT_GT(compared, 10u);
+}
+
+// The optimizer's state is in the checkpoint: AdamW's two moments, or Adagrad's accumulator.
+void expect_optimizer_state(const std::string& run_dir, const std::string& optimizer) {
+  Checkpoint c(checkpoint_path(run_dir, 20));
+  EXPECT_TRUE(c.has_optimizer_state(optimizer)) << run_dir;
+}
+
+class MpiTrainerMatch : public ::testing::TestWithParam<std::string> {};
+
+// 2 ranks x micro-batch 2 (with and without ZeRO-1) give the losses and
+// weights of 1 rank x micro-batch 4: the same 8 sequences per step.
+TEST_P(MpiTrainerMatch, TwoRanksMatchOneRankWithTwiceTheMicroBatch) {
+  const std::string opt = " --set train.optimizer=" + GetParam();
+  const std::string one = fresh_dir("one_" + GetParam()), two = fresh_dir("two_" + GetParam()),
+                    zero = fresh_dir("zero_" + GetParam());
+  Job j = run(train(0, 4, one, opt));
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  j = run(train(2, 2, two, opt));
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  EXPECT_TRUE(contains(j.output, "data-parallel over mpi (")) << j.output;
+  j = run(train(2, 2, zero, opt + " --zero 1"));
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+
+  expect_same_metrics(two, one, kLossTolerance);
+  expect_same_checkpoint(two, one, kParamTolerance);
+  expect_same_metrics(zero, one, kLossTolerance);
+  expect_same_checkpoint(zero, one, kParamTolerance);
+  expect_optimizer_state(zero, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, MpiTrainerMatch, ::testing::Values("adamw", "adagrad"));
+
+// 2 ranks train 10 of 20 steps with ZeRO-1 (the optimizer state is gathered
+// into rank 0's checkpoint); resuming on 2 ranks reproduces the uninterrupted
+// 2-rank run bit for bit, resuming in one process matches it within tolerance.
+TEST(MpiTrainerResume, ResumesWithTheSameOrAnotherNumberOfRanks) {
+  const std::string whole = fresh_dir("whole"), two = fresh_dir("resumed_two"), one = fresh_dir("resumed_one");
+  Job j = run(train(2, 2, whole, "--zero 1"));
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  j = run(train(2, 2, two, "--zero 1 --set train.steps=10"));
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  ASSERT_EQ(read_metrics(two).steps.size(), 10u);
+  fs::copy(two, one, fs::copy_options::recursive);
+
+  j = run(train(2, 2, two, "--zero 1 --resume"));
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  expect_same_metrics(two, whole, 0);
+  expect_same_checkpoint(two, whole, 0);
+
+  j = run(train(0, 4, one, "--resume"));
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  expect_same_metrics(one, whole, kLossTolerance);
+  expect_same_checkpoint(one, whole, kParamTolerance);
+}
+
+// Every checkpoint left in the run directory opens and verifies; returns the newest step.
+int64_t newest_intact_checkpoint(const std::string& run_dir) {
+  int64_t newest = -1;
+  for (const auto& path : list_checkpoints(run_dir)) {
+    try {
+      newest = std::max(newest, Checkpoint(path).contents().state.step);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+    }
+  }
+  // No temporary files of an interrupted write stay next to the checkpoints either.
+  for (const auto& entry : fs::directory_iterator(run_dir + "/checkpoints"))
+    EXPECT_EQ(entry.path().extension(), ".ckpt") << entry.path();
+  return newest;
+}
+
+// Rank 1 is killed (SIGKILL) before step 8: mpiexec ends the job at once
+// with an error naming the dead rank; the step-6 checkpoint is intact and the
+// run resumes from it in one process.
+TEST(MpiTrainerFailure, KilledRankEndsTheJobAndTheLastCheckpointResumes) {
+  const std::string dir = fresh_dir("killed");
+  Job j = run("env CTRL_TEST_FAULT=kill:8 " + train(2, 2, dir, "--timeout 30 --set train.checkpoint_every=3"));
+  EXPECT_NE(j.exit_code, 0) << j.output;
+  EXPECT_TRUE(contains(j.output, "exited on signal 9")) << j.output;
+  EXPECT_LT(j.seconds, 30) << j.output;  // well before the 30 s watchdog
+  EXPECT_EQ(newest_intact_checkpoint(dir), 6);
+
+  j = run(train(0, 4, dir, "--resume"));
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  EXPECT_EQ(read_metrics(dir).steps.size(), 20u);
+}
+
+// Rank 1 stops (SIGSTOP) before step 8: rank 0's collective times out after
+// --timeout 5 s and the watchdog ends every rank with a message naming it.
+TEST(MpiTrainerFailure, StoppedRankIsCaughtByTheTimeout) {
+  const std::string dir = fresh_dir("stopped");
+  Job j = run("env CTRL_TEST_FAULT=stop:8 " + train(2, 2, dir, "--timeout 5 --set train.checkpoint_every=3"));
+  EXPECT_NE(j.exit_code, 0) << j.output;
+  EXPECT_TRUE(contains(j.output, " did not complete within 5 s on rank 0 of 2 (host ")) << j.output;
+  EXPECT_GE(j.seconds, 5) << j.output;
+  EXPECT_LT(j.seconds, 40) << j.output;
+  EXPECT_EQ(newest_intact_checkpoint(dir), 6);
+}
+
+TEST(MpiTrainerSetup, GlobalBatchNotDivisibleByRanksTimesMicroBatchFailsAtStart) {
+  const std::string dir = fresh_dir("indivisible");
+  Job j = run(train(2, 2, dir, "--set train.global_batch=6"));
+  EXPECT_NE(j.exit_code, 0) << j.output;
+  EXPECT_TRUE(contains(j.output, ": train.global_batch (6) must be a multiple of ranks x train.micro_batch (2 x 2)\n"))
+      << j.output;
+  EXPECT_FALSE(fs::exists(dir)) << "nothing is written before the checks";
+  EXPECT_LT(j.seconds, 30) << j.output;
+}
+
+// An MPMD launch gives rank 1 a different learning rate.
+TEST(MpiTrainerSetup, DifferentConfigsOnTheRanksFailAtStart) {
+  const std::string dir = fresh_dir("differ");
+  const std::string ctrl = std::string(CTRL_BINARY) + " train" + model_flags() + " --set train.micro_batch=2 --out " + dir;
+  Job j = run("mpiexec --oversubscribe --bind-to none -np 1 " + ctrl + " : -np 1 " + ctrl + " --set train.lr=0.02");
+  EXPECT_NE(j.exit_code, 0) << j.output;
+  EXPECT_TRUE(contains(j.output, "ctrl: the configuration differs between ranks (it must be the same on all 2): "
+                                 "rank 0 has "))
+      << j.output;
+  EXPECT_TRUE(contains(j.output, "rank 1 has ")) << j.output;
+  EXPECT_FALSE(fs::exists(dir)) << "nothing is written before the checks";
+  EXPECT_LT(j.seconds, 30) << j.output;
+}
+
+}  // namespace
+}  // namespace ctrl
