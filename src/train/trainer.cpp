@@ -389,10 +389,13 @@ void Trainer::save() {
 void Trainer::run() {
   const auto& t = config_.train;
   if (!options_.quiet && writer())
-    std::fprintf(stderr, "training %s: %.2fM parameters, %lld steps of %lld sequences x %lld tokens, %d threads\n",
-                 config_.preset.c_str(), double(model_->layout().count()) / 1e6, static_cast<long long>(t.steps),
-                 static_cast<long long>(t.global_batch), static_cast<long long>(config_.model.n_ctx),
-                 omp_get_max_threads());
+    std::fprintf(stderr,
+                 "training %s: %.2fM parameters, %.1f MFLOP/token (model; %.1f with recomputation), %lld steps of "
+                 "%lld sequences x %lld tokens, %d threads\n",
+                 config_.preset.c_str(), double(model_->layout().count()) / 1e6,
+                 train_flops_per_token(config_.model) / 1e6, train_hardware_flops_per_token(config_.model) / 1e6,
+                 static_cast<long long>(t.steps), static_cast<long long>(t.global_batch),
+                 static_cast<long long>(config_.model.n_ctx), omp_get_max_threads());
   const auto [fault, fault_step] = test_fault();
   while (state_.step < t.steps) {
     if (fault && comm_->rank() == 1 && state_.step + 1 == fault_step) std::raise(fault);
