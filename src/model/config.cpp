@@ -212,6 +212,12 @@ void validate(const Config& c) {
        "train.precision must be fp32, bf16 or fp16, got '" + t.precision + "'");
 }
 
+void require_engine_support(const Config& c) {
+  if (c.train.precision != "fp32")
+    fail("config " + c.preset + ": train.precision=" + c.train.precision +
+         " is not implemented in the CPU engine yet (fp32 only); `ctrl plan` accepts it for GPU estimates");
+}
+
 std::string config_to_json(const Config& c) {
   nlohmann::ordered_json j;
   for (const auto& f : fields()) j[f.key] = f.get(c);

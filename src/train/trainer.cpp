@@ -124,6 +124,7 @@ std::vector<CodeLoss> evaluate_held_out(Model& model, const Batches& batches, in
 
 Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(config), options_(options) {
   validate(config_);
+  require_engine_support(config_);
   if (config_.train.threads > 0) omp_set_num_threads(int(config_.train.threads));
   comm_ = options_.comm;
   if (!comm_) {
