@@ -1,6 +1,7 @@
 #!/bin/bash
 # Data-parallel training throughput on one machine: `ctrl train` as one
-# process with 2 OpenMP threads against 2 MPI ranks with 1 thread each, same
+# process with 2 OpenMP threads against 2 MPI ranks with 1 thread each (and,
+# as the base of both speed-ups, one process with 1 thread), same
 # preset, same global batch, synthetic tokens (no --data). Reports the median
 # of the per-step tokens_per_s that rank 0 writes to metrics.jsonl (step 1,
 # which warms caches and allocators, is left out), side by side with the ratio,
@@ -33,14 +34,24 @@ steps_tps() { jq -r 'select(.loss != null) | .tokens_per_s | floor' "$1/metrics.
 
 echo "preset $PRESET, $STEPS steps, extra flags: ${*:-none}; $(nproc) cores; $(mpirun --version | head -1)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-OMP_NUM_THREADS=2 "$CTRL" "${FLAGS[@]}" --out "$WORK/one" --set train.threads=2
+# One process with $1 OpenMP threads into $2.
+single() {
+  OMP_NUM_THREADS=$1 "$CTRL" "${FLAGS[@]}" --out "$2" --set train.threads="$1" 2>&1 | grep -v '^done:' >&2 || true
+  [ -f "$2/metrics.jsonl" ] || { echo "the run into $2 failed" >&2; exit 1; }
+}
+single 2 "$WORK/one"
 mpirun -np 2 --bind-to none -x OMP_NUM_THREADS=1 "$CTRL" "${FLAGS[@]}" --out "$WORK/two" --set train.threads=1 \
   2>&1 | grep -v '^data-parallel over\|^done:' >&2 || true
 [ -f "$WORK/two/metrics.jsonl" ] || { echo "the 2-rank run failed" >&2; exit 1; }
+single 1 "$WORK/single"
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 ONE=$(median_tps "$WORK/one")
 TWO=$(median_tps "$WORK/two")
+SINGLE=$(median_tps "$WORK/single")
 printf '%-24s %14s   %s\n' "layout" "tokens/s" "per step (step 1 first)"
 printf '%-24s %14.0f   %s\n' "1 rank x 2 threads" "$ONE" "$(steps_tps "$WORK/one")"
 printf '%-24s %14.0f   %s\n' "2 ranks x 1 thread" "$TWO" "$(steps_tps "$WORK/two")"
-awk -v a="$ONE" -v b="$TWO" 'BEGIN { printf "ratio (2 ranks / 1 rank): %.2f\n", b / a }'
+printf '%-24s %14.0f   %s\n' "1 rank x 1 thread" "$SINGLE" "$(steps_tps "$WORK/single")"
+awk -v a="$ONE" -v b="$TWO" -v c="$SINGLE" 'BEGIN {
+  printf "ratio 2 ranks x 1 thread / 1 rank x 2 threads: %.2f\n", b / a;
+  printf "speed-up over 1 thread: 1 rank x 2 threads %.2f, 2 ranks x 1 thread %.2f\n", a / c, b / c }'
