@@ -3,9 +3,9 @@
 #include <omp.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -74,7 +74,7 @@ void draw_loss_curve(const std::string& run_dir) {
   if (!train.x.empty()) write_line_chart(run_dir + "/loss.svg", "Training loss", "step", "loss (nats/token)", all);
 }
 
-// Test hook for tests/mpi/test_trainer_mpi.cpp: CTRL_TEST_FAULT=kill:N (or
+// Test hook for tests/mpi/trainer_runs.cpp: CTRL_TEST_FAULT=kill:N (or
 // stop:N) makes rank 1 send itself SIGKILL (SIGSTOP) just before optimizer
 // step N, to show how a job ends when a rank dies (hangs) mid-training.
 // Returns {signal, N}, or {0, 0} when the variable is unset.
@@ -84,9 +84,11 @@ std::pair<int, int64_t> test_fault() {
   const std::string s = v;
   const size_t colon = s.find(':');
   const std::string kind = s.substr(0, colon);
-  if (colon == std::string::npos || (kind != "kill" && kind != "stop"))
-    fail("CTRL_TEST_FAULT: expected kill:STEP or stop:STEP, got '" + s + "'");
-  return {kind == "kill" ? SIGKILL : SIGSTOP, std::stoll(s.substr(colon + 1))};
+  char* end = nullptr;
+  const long long step = colon == std::string::npos ? 0 : std::strtoll(s.c_str() + colon + 1, &end, 10);
+  if ((kind != "kill" && kind != "stop") || step < 1 || *end != '\0')
+    fail("CTRL_TEST_FAULT: expected kill:STEP or stop:STEP with STEP >= 1, got '" + s + "'");
+  return {kind == "kill" ? SIGKILL : SIGSTOP, step};
 }
 
 }  // namespace
@@ -183,7 +185,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
                                                                   std::to_string(dataset_->manifest().tokenizer_crc32));
 
   ops_ = make_cpu_ops();
-  model_ = std::make_unique<Model>(config_.model, *ops_, t.micro_batch);
+  model_ = std::make_unique<Model>(config_.model, *ops_, t.micro_batch, activation_dtype(t.precision));
   const ParamLayout& layout = model_->layout();
   if (options_.zero == 1) {
     // Shards of equal size; the buffers are padded so reduce-scatter and all-gather tile them exactly.

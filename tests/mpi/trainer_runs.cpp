@@ -208,6 +208,20 @@ TEST_P(MpiTrainerMatch, TwoRanksMatchOneRankWithTwiceTheMicroBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, MpiTrainerMatch, ::testing::Values("adamw", "adagrad"));
 
+// With cross-layer sharing, layers 1.. own no tensors (their gradient buckets
+// are empty) and the shared ones are reduced after layer 0, the last layer of
+// the backward pass.
+TEST(MpiTrainerMatchSharing, TwoRanksMatchOneRankWithSharedLayers) {
+  const std::string sharing = " --set model.sharing=all --set model.n_layer=3";
+  const std::string one = fresh_dir("one_shared"), two = fresh_dir("two_shared");
+  Job j = run(train(0, 4, one, sharing));
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  j = run(train(2, 2, two, sharing));
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  expect_same_metrics(two, one, kLossTolerance);
+  expect_same_checkpoint(two, one, kParamTolerance);
+}
+
 // 2 ranks train 10 of 20 steps with ZeRO-1 (the optimizer state is gathered
 // into rank 0's checkpoint); resuming on 2 ranks reproduces the uninterrupted
 // 2-rank run bit for bit, resuming in one process matches it within tolerance.
