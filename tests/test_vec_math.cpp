@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "core/safetensors.h"
 #include "ops/cpu/vec_math.h"
 
 using namespace ctrl;
@@ -44,4 +45,22 @@ TEST(VecMath, RowPrimitivesMatchTheReferenceForEveryLength) {
     row_scale(c.data(), n, 0.5f);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(c[size_t(i)], x[size_t(i)] * 0.5f);
   }
+}
+
+TEST(VecMath, Bf16ConversionMatchesTheScalarRounding) {
+  std::vector<float> x;
+  for (int i = 0; i < 1000; ++i) x.push_back(float(100.0 * random_normal(7, 8, uint64_t(i))));
+  for (float special : {0.0f, -0.0f, 1.00390625f, 1.01171875f, 3.4e38f, INFINITY, -INFINITY}) x.push_back(special);
+  std::vector<uint16_t> fast(x.size()), ref(x.size());
+  to_bf16(x.data(), fast.data(), int64_t(x.size()));
+  to_bf16_reference(x.data(), ref.data(), int64_t(x.size()));
+  EXPECT_EQ(fast, ref);
+  std::vector<float> back(x.size());
+  from_bf16(fast.data(), back.data(), int64_t(x.size()));
+  for (size_t i = 0; i < 1000; ++i) EXPECT_NEAR(back[i], x[i], std::abs(x[i]) * (1.0 / 256));
+  // Denormal inputs may flush to zero (AVX512-BF16 does); they keep their sign.
+  const float tiny = -1e-40f;
+  uint16_t h;
+  to_bf16(&tiny, &h, 1);
+  EXPECT_TRUE(h == 0x8000 || h == float_to_bf16(tiny)) << h;
 }

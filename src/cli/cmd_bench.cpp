@@ -23,7 +23,8 @@ const char* kUsage =
     "                  [--profile]\n\n"
     "Times full training steps (forward, backward, clipping, optimizer) of one micro-batch of\n"
     "synthetic tokens, after --warmup untimed steps (default 2; --steps default 10), and prints\n"
-    "it/s, tokens/s, achieved FLOP/s and its share of this machine's measured fp32 GEMM peak,\n"
+    "it/s, tokens/s, achieved FLOP/s and its share of this machine's measured GEMM peak (of the\n"
+    "precision, --set train.precision=bf16 for mixed precision),\n"
     "peak memory, and the CPU and thread count. --profile adds the time spent in each op.\n";
 
 int run(const std::vector<std::string>& argv) {
@@ -51,7 +52,7 @@ int run(const std::vector<std::string>& argv) {
   const int64_t B = config.train.micro_batch, T = m.n_ctx;
   auto ops = make_cpu_ops();
   if (args.has("profile")) ops = make_profiled_ops(std::move(ops));
-  Model model(m, *ops, B);
+  Model model(m, *ops, B, activation_dtype(config.train.precision));
   model.init_weights();
   Optimizer optimizer(config.train, model.layout(), *ops);
   Batches batches = Batches::synthetic(m.vocab_size, T, 1);
@@ -70,7 +71,8 @@ int run(const std::vector<std::string>& argv) {
   // Model FLOPs (the MFU basis) and what the hardware ran, recomputation included.
   const double flops = train_flops_per_token(m) * tokens_per_s;
   const double hardware_flops = train_hardware_flops_per_token(m) * tokens_per_s;
-  const double peak = cpu::measure_gemm_peak_gflops(false, 1.0) * 1e9;
+  const bool bf16 = config.train.precision == "bf16";
+  const double peak = cpu::measure_gemm_peak_gflops(bf16, 1.0) * 1e9;
   nlohmann::ordered_json j;
   j["config"] = config.preset;
   j["parameters"] = model.layout().count();
@@ -91,16 +93,16 @@ int run(const std::vector<std::string>& argv) {
   j["final_loss"] = loss;
   j["cpu"] = cpu_model();
   j["threads"] = omp_get_max_threads();
-  j["precision"] = "fp32";
+  j["precision"] = config.train.precision;
   if (args.has("json")) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("%s: %.2fM parameters, micro-batch %lld x %lld tokens, fp32, %d threads on %s\n",
+    std::printf("%s: %.2fM parameters, micro-batch %lld x %lld tokens, %s, %d threads on %s\n",
                 config.preset.c_str(), double(model.layout().count()) / 1e6, static_cast<long long>(B),
-                static_cast<long long>(T), omp_get_max_threads(), cpu_model().c_str());
+                static_cast<long long>(T), config.train.precision.c_str(), omp_get_max_threads(), cpu_model().c_str());
     std::printf("  %.3f it/s, %.0f tokens/s\n", double(steps) / seconds, tokens_per_s);
-    std::printf("  %.1f GFLOP/s achieved = %.0f%% of the measured fp32 GEMM peak (%.1f GFLOP/s)\n", flops / 1e9,
-                100.0 * flops / peak, peak / 1e9);
+    std::printf("  %.1f GFLOP/s achieved = %.0f%% of the measured %s GEMM peak (%.1f GFLOP/s)\n", flops / 1e9,
+                100.0 * flops / peak, bf16 ? "bf16" : "fp32", peak / 1e9);
     std::printf("  %.1f MFLOP per token (model), %.1f with recomputation (hardware: %.1f GFLOP/s)\n",
                 train_flops_per_token(m) / 1e6, train_hardware_flops_per_token(m) / 1e6, hardware_flops / 1e9);
     std::printf("  activations %.1f MiB, parameters %.1f MiB\n",

@@ -213,9 +213,9 @@ void validate(const Config& c) {
 }
 
 void require_engine_support(const Config& c) {
-  if (c.train.precision != "fp32")
-    fail("config " + c.preset + ": train.precision=" + c.train.precision +
-         " is not implemented in the CPU engine yet (fp32 only); `ctrl plan` accepts it for GPU estimates");
+  if (c.train.precision == "fp16")
+    fail("config " + c.preset + ": train.precision=fp16 is not implemented in the CPU engine yet (fp32 and bf16 are); "
+         "`ctrl plan` accepts it for GPU estimates");
 }
 
 std::string config_to_json(const Config& c) {

@@ -71,7 +71,7 @@ void apply_override(Config& config, const std::string& assignment);
 // Checks ranges and relations (D divisible by H, batch multiples, ...).
 void validate(const Config& config);
 // Refuses what the engine cannot run yet (the planner still accepts it):
-// mixed precision is planned for, not implemented in the CPU engine.
+// fp16 mixed precision (with loss scaling) is not implemented in the CPU engine.
 void require_engine_support(const Config& config);
 // JSON text of the whole config (stable key order), stored in checkpoints.
 std::string config_to_json(const Config& config);

@@ -96,8 +96,15 @@ ParamLayout make_param_layout(const ModelConfig& c) {
   return p;
 }
 
-ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B) {
+DType activation_dtype(const std::string& precision) {
+  if (precision == "bf16") return DType::BF16;
+  if (precision == "fp16") return DType::F16;
+  return DType::F32;
+}
+
+ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType low) {
   ActivationLayout a;
+  a.dtype = low;
   a.B = B;
   a.T = c.n_ctx;
   const size_t N = size_t(B) * size_t(c.n_ctx), D = size_t(c.d_model), F = size_t(c.d_ff);
@@ -111,21 +118,22 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B) {
     at = align_up(at + n);
     return o;
   };
+  auto take_low = [&](size_t n) { return take((n * dtype_size(low) + 3) / 4); };
   // Everything of one layer but its input, at fresh offsets (skipping the
   // outputs that "cheap" recomputes into shared scratch).
   auto take_layer_body = [&](ActivationLayout::Layer& L, bool keep_recomputable) {
     L.ln1_mean = take(N);
     L.ln1_rstd = take(N);
-    if (keep_recomputable) L.ln1_out = take(N * D);
-    L.qkv = take(N * 3 * D);
+    if (keep_recomputable) L.ln1_out = take_low(N * D);
+    L.qkv = take_low(N * 3 * D);
     L.probs = take(probs);
-    L.att = take(N * D);
+    L.att = take_low(N * D);
     L.x_mid = take(N * D);
     L.ln2_mean = take(N);
     L.ln2_rstd = take(N);
     if (keep_recomputable) {
-      L.ln2_out = take(N * D);
-      L.ffn_h = take(N * F);
+      L.ln2_out = take_low(N * D);
+      L.ffn_h = take_low(N * F);
     }
   };
   if (factorized) a.emb = take(N * E);
@@ -138,8 +146,8 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B) {
   a.x_out = take(N * D);
   a.lnf_mean = take(N);
   a.lnf_rstd = take(N);
-  a.lnf_out = take(N * D);
-  if (factorized) a.head_in = take(N * E);
+  a.lnf_out = take_low(N * D);
+  if (factorized) a.head_in = take_low(N * E);
   a.saved = at;
   if (whole_layers) {  // one layer's activations, refilled by the backward's recomputation
     ActivationLayout::Layer work{};
@@ -150,7 +158,7 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B) {
       L.x_in = x_in;
     }
   } else if (cheap) {  // one LayerNorm output (ln1 and ln2 in turn) and one ReLU output
-    const size_t ln = take(N * D), ffn_h = take(N * F);
+    const size_t ln = take_low(N * D), ffn_h = take_low(N * F);
     for (auto& L : a.layers) L.ln1_out = L.ln2_out = ln, L.ffn_h = ffn_h;
   }
   a.d_x = take(N * D);

@@ -67,7 +67,7 @@ struct ActivationLayout {
     size_t x_in, ln1_mean, ln1_rstd, ln1_out, qkv, probs, att, x_mid, ln2_mean, ln2_rstd, ln2_out, ffn_h;
   };
   int64_t B = 0, T = 0;
-  DType dtype = DType::F32;
+  DType dtype = DType::F32;  // the type of the low-precision slots (see make_activation_layout)
   std::vector<Layer> layers;
   size_t x_out = 0, lnf_mean = 0, lnf_rstd = 0, lnf_out = 0;  // after the last layer
   // Factorized embedding only (E > 0, else 0): the E-wide embedding (input of
@@ -81,10 +81,17 @@ struct ActivationLayout {
   size_t saved = 0;    // elements kept from forward to backward
   size_t scratch = 0;  // elements of backward scratch and the logits chunk
   size_t total = 0;
-  size_t bytes() const { return total * dtype_size(dtype); }
+  size_t bytes() const { return total * sizeof(float); }
 };
 
-ActivationLayout make_activation_layout(const ModelConfig& config, int64_t micro_batch);
+// `low` is the element type of the activations that feed matrix products
+// (LayerNorm outputs, Q/K/V, attention output, ReLU output, head input): BF16
+// under mixed precision, else F32. The residual stream, LayerNorm statistics,
+// softmax, gradients and the logits chunk stay fp32. Offsets and totals count
+// 4-byte units, so a 16-bit slot takes half the room.
+ActivationLayout make_activation_layout(const ModelConfig& config, int64_t micro_batch, DType low = DType::F32);
+// The activation type of a precision name ("fp32" -> F32, "bf16" -> BF16).
+DType activation_dtype(const std::string& precision);
 
 // Floating-point operations of one training step per token (forward and
 // backward, matrix products and attention), for throughput figures: the

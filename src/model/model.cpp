@@ -6,14 +6,16 @@
 
 namespace ctrl {
 
-Model::Model(const ModelConfig& config, Ops& ops, int64_t max_batch)
+Model::Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low)
     : config_(config),
       ops_(ops),
       layout_(make_param_layout(config)),
-      acts_layout_(make_activation_layout(config, max_batch)) {
+      acts_layout_(make_activation_layout(config, max_batch, low)) {
+  CTRL_ASSERT(low == DType::F32 || low == DType::BF16);
   params = Buffer(layout_.total);
   grads = Buffer(layout_.total);
   activations_ = Buffer(acts_layout_.total);
+  if (low == DType::BF16) low_weights_.resize(layout_.total);
   for (int l = 0; l < int(config.n_layer); ++l) {
     auto at = [&](const std::string& suffix) { return layout_.get(layer_param_name(config, l, suffix)).offset; };
     const std::string a = "multi_head_attention.";
@@ -66,6 +68,7 @@ float* Model::branch_gradient(float* d_stream, float* scratch, size_t n, const D
 
 void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed) {
   CTRL_ASSERT(B * T <= acts_layout_.B * acts_layout_.T && T <= config_.n_ctx);
+  if (!low_weights_.empty()) ops_.copy(TensorRef(low_weights_.data(), DType::BF16), params.data(), layout_.total);
   const int64_t N = B * T, D = config_.d_model, E = embedding_width(config_);
   const size_t ND = size_t(N * D);
   float* P = params.data();
@@ -79,10 +82,10 @@ void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool training, 
   }
   ops_.dropout(x0, ND, dropout(config_.embd_pdrop, training, seed, 0));
   for (int l = 0; l < int(config_.n_layer); ++l) layer_forward(l, B, T, training, seed, true);
-  ops_.layernorm_forward(act(A.lnf_out), act(A.lnf_mean), act(A.lnf_rstd), act(A.x_out), P + lnf_w_, P + lnf_b_, N, D,
+  ops_.layernorm_forward(low(A.lnf_out), act(A.lnf_mean), act(A.lnf_rstd), act(A.x_out), P + lnf_w_, P + lnf_b_, N, D,
                          float(config_.layer_norm_eps));
   if (factorized())  // Linear D→E before the tied E-wide head
-    ops_.linear_forward(act(A.head_in), act(A.lnf_out), P + proj_out_w_, P + proj_out_b_, N, E, D);
+    ops_.linear_forward(low(A.head_in), low(A.lnf_out), weight(proj_out_w_), P + proj_out_b_, N, E, D);
 }
 
 void Model::layer_forward(int l, int64_t B, int64_t T, bool training, uint64_t seed, bool to_output) {
@@ -93,19 +96,19 @@ void Model::layer_forward(int l, int64_t B, int64_t T, bool training, uint64_t s
   const auto& L = A.layers[size_t(l)];
   const auto& W = lp_[size_t(l)];
   float* branch = act(A.d_x2);  // backward scratch doubles as the branch output in forward
-  ops_.layernorm_forward(act(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), act(L.x_in), P + W.ln1_w, P + W.ln1_b, N, D,
+  ops_.layernorm_forward(low(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), act(L.x_in), P + W.ln1_w, P + W.ln1_b, N, D,
                          1e-6f);
-  ops_.linear_forward(act(L.qkv), act(L.ln1_out), P + W.wqkv, P + W.bqkv, N, 3 * D, D);
-  ops_.attention_forward(act(L.att), act(L.probs), act(L.qkv), B, T, D, H);
-  ops_.linear_forward(branch, act(L.att), P + W.wdense, P + W.bdense, N, D, D);
+  ops_.linear_forward(low(L.qkv), low(L.ln1_out), weight(W.wqkv), P + W.bqkv, N, 3 * D, D);
+  ops_.attention_forward(low(L.att), act(L.probs), low(L.qkv), B, T, D, H);
+  ops_.linear_forward(branch, low(L.att), weight(W.wdense), P + W.bdense, N, D, D);
   ops_.residual_add(act(L.x_mid), act(L.x_in), branch, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
-  ops_.layernorm_forward(act(L.ln2_out), act(L.ln2_mean), act(L.ln2_rstd), act(L.x_mid), P + W.ln2_w, P + W.ln2_b, N, D,
+  ops_.layernorm_forward(low(L.ln2_out), act(L.ln2_mean), act(L.ln2_rstd), act(L.x_mid), P + W.ln2_w, P + W.ln2_b, N, D,
                          1e-6f);
-  ops_.linear_forward(act(L.ffn_h), act(L.ln2_out), P + W.w0, P + W.b0, N, F, D);
-  ops_.relu_forward(act(L.ffn_h), size_t(N * F));
+  ops_.linear_forward(low(L.ffn_h), low(L.ln2_out), weight(W.w0), P + W.b0, N, F, D);
+  ops_.relu_forward(low(L.ffn_h), size_t(N * F));
   if (!to_output) return;
   float* x_out = l + 1 < int(config_.n_layer) ? act(A.layers[size_t(l) + 1].x_in) : act(A.x_out);
-  ops_.linear_forward(branch, act(L.ffn_h), P + W.w2, P + W.b2, N, D, F);
+  ops_.linear_forward(branch, low(L.ffn_h), weight(W.w2), P + W.b2, N, D, F);
   ops_.residual_add(x_out, act(L.x_mid), branch, ND, dropout(config_.resid_pdrop, training, seed, 2 + 2 * l));
 }
 
@@ -121,7 +124,7 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
   float* d_ln = act(A.d_ln);
 
   if (factorized())  // head_in = lnf_out · w_proj_outᵀ + b
-    ops_.linear_backward(d_ln, G + proj_out_w_, G + proj_out_b_, act(A.d_emb), act(A.lnf_out), P + proj_out_w_, N, E, D,
+    ops_.linear_backward(d_ln, G + proj_out_w_, G + proj_out_b_, act(A.d_emb), low(A.lnf_out), weight(proj_out_w_), N, E, D,
                          false);
   ops_.fill(d_x, ND, 0.0f);
   ops_.layernorm_backward(d_x, G + lnf_w_, G + lnf_b_, d_ln, act(A.x_out), act(A.lnf_mean), act(A.lnf_rstd), P + lnf_w_,
@@ -133,26 +136,26 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
     // inputs, parameters and dropout masks, so the values are bit-identical.
     if (whole_layers) layer_forward(l, B, T, training, seed, false);
     if (cheap) {
-      ops_.layernorm_forward(act(L.ln2_out), act(L.ln2_mean), act(L.ln2_rstd), act(L.x_mid), P + W.ln2_w, P + W.ln2_b,
+      ops_.layernorm_forward(low(L.ln2_out), act(L.ln2_mean), act(L.ln2_rstd), act(L.x_mid), P + W.ln2_w, P + W.ln2_b,
                              N, D, 1e-6f);
-      ops_.linear_forward(act(L.ffn_h), act(L.ln2_out), P + W.w0, P + W.b0, N, F, D);
-      ops_.relu_forward(act(L.ffn_h), size_t(N * F));
+      ops_.linear_forward(low(L.ffn_h), low(L.ln2_out), weight(W.w0), P + W.b0, N, F, D);
+      ops_.relu_forward(low(L.ffn_h), size_t(N * F));
     }
     // x_out = x_mid + dropout(ffn(ln2(x_mid)))
     float* d_ffn_out = branch_gradient(d_x, d_br, ND, dropout(config_.resid_pdrop, training, seed, 2 + 2 * l));
-    ops_.linear_backward(act(A.d_ffn), G + W.w2, G + W.b2, d_ffn_out, act(L.ffn_h), P + W.w2, N, D, F, false);
-    ops_.relu_backward(act(A.d_ffn), act(L.ffn_h), size_t(N * F));
-    ops_.linear_backward(d_ln, G + W.w0, G + W.b0, act(A.d_ffn), act(L.ln2_out), P + W.w0, N, F, D, false);
+    ops_.linear_backward(act(A.d_ffn), G + W.w2, G + W.b2, d_ffn_out, low(L.ffn_h), weight(W.w2), N, D, F, false);
+    ops_.relu_backward(act(A.d_ffn), low(L.ffn_h), size_t(N * F));
+    ops_.linear_backward(d_ln, G + W.w0, G + W.b0, act(A.d_ffn), low(L.ln2_out), weight(W.w0), N, F, D, false);
     ops_.layernorm_backward(d_x, G + W.ln2_w, G + W.ln2_b, d_ln, act(L.x_mid), act(L.ln2_mean), act(L.ln2_rstd),
                             P + W.ln2_w, N, D);
     // x_mid = x_in + dropout(dense(attention(qkv(ln1(x_in)))))
     if (cheap)  // ln1_out shares its scratch with ln2_out
-      ops_.layernorm_forward(act(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), act(L.x_in), P + W.ln1_w, P + W.ln1_b, N,
+      ops_.layernorm_forward(low(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), act(L.x_in), P + W.ln1_w, P + W.ln1_b, N,
                              D, 1e-6f);
     float* d_att_out = branch_gradient(d_x, d_br, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
-    ops_.linear_backward(act(A.d_att), G + W.wdense, G + W.bdense, d_att_out, act(L.att), P + W.wdense, N, D, D, false);
-    ops_.attention_backward(act(A.d_qkv), act(A.d_att), act(L.qkv), act(L.probs), B, T, D, H);
-    ops_.linear_backward(d_ln, G + W.wqkv, G + W.bqkv, act(A.d_qkv), act(L.ln1_out), P + W.wqkv, N, 3 * D, D, false);
+    ops_.linear_backward(act(A.d_att), G + W.wdense, G + W.bdense, d_att_out, low(L.att), weight(W.wdense), N, D, D, false);
+    ops_.attention_backward(act(A.d_qkv), act(A.d_att), low(L.qkv), act(L.probs), B, T, D, H);
+    ops_.linear_backward(d_ln, G + W.wqkv, G + W.bqkv, act(A.d_qkv), low(L.ln1_out), weight(W.wqkv), N, 3 * D, D, false);
     ops_.layernorm_backward(d_x, G + W.ln1_w, G + W.ln1_b, d_ln, act(L.x_in), act(L.ln1_mean), act(L.ln1_rstd),
                             P + W.ln1_w, N, D);
     if (layer_hook_) layer_hook_(l);
@@ -174,7 +177,7 @@ LossSum Model::forward_backward(const int32_t* tokens, const int32_t* targets, i
   const int64_t N = B * T;
   LossSum loss;
   for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
-  loss.sum = ops_.lm_head_loss(head_input(), params.data() + wte_, params.data() + head_b_, targets, N,
+  loss.sum = ops_.lm_head_loss(head_input(), weight(wte_), params.data() + head_b_, targets, N,
                                embedding_width(config_), config_.vocab_size, grad_scale, d_head(), grads.data() + wte_,
                                grads.data() + head_b_, nullptr, act(A.logits), A.logits_rows);
   backward(tokens, B, T, true, dropout_seed);
@@ -187,7 +190,7 @@ LossSum Model::evaluate(const int32_t* tokens, const int32_t* targets, int64_t B
   const int64_t N = B * T;
   LossSum loss;
   for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
-  loss.sum = ops_.lm_head_loss(head_input(), params.data() + wte_, params.data() + head_b_, targets, N,
+  loss.sum = ops_.lm_head_loss(head_input(), weight(wte_), params.data() + head_b_, targets, N,
                                embedding_width(config_), config_.vocab_size, 0.0f, nullptr, nullptr, nullptr, row_loss,
                                act(A.logits), A.logits_rows);
   return loss;
@@ -195,7 +198,7 @@ LossSum Model::evaluate(const int32_t* tokens, const int32_t* targets, int64_t B
 
 void Model::logits(const int32_t* tokens, int64_t B, int64_t T, float* out) {
   forward(tokens, B, T, false, 0);
-  ops_.linear_forward(out, head_input(), params.data() + wte_, params.data() + head_b_, B * T, config_.vocab_size,
+  ops_.linear_forward(out, head_input(), weight(wte_), params.data() + head_b_, B * T, config_.vocab_size,
                       embedding_width(config_));
 }
 

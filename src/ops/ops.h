@@ -25,10 +25,15 @@ struct TensorRef {
   DType dtype = DType::F32;
   TensorRef() = default;
   TensorRef(float* p) : data(p), dtype(DType::F32) {}  // NOLINT: fp32 buffers convert implicitly
+  TensorRef(const float* p) : data(const_cast<float*>(p)), dtype(DType::F32) {}  // NOLINT: read-only uses
   TensorRef(void* p, DType t) : data(p), dtype(t) {}
   float* f32() const {
     CTRL_ASSERT(dtype == DType::F32);
     return static_cast<float*>(data);
+  }
+  uint16_t* bf16() const {
+    CTRL_ASSERT(dtype == DType::BF16);
+    return static_cast<uint16_t*>(data);
   }
 };
 
@@ -54,12 +59,16 @@ class Ops {
   virtual ~Ops() = default;
   virtual const char* name() const = 0;
 
-  // out[N,Dout] = in[N,Din] · w[Dout,Din]ᵀ + b[Dout] (b may be null).
-  virtual void linear_forward(TensorRef out, TensorRef in, const float* w, const float* b, int64_t N,
-                              int64_t Dout, int64_t Din) = 0;
+  // out[N,Dout] = in[N,Din] · w[Dout,Din]ᵀ + b[Dout] (b may be null). With
+  // bf16 `in` the weight is its bf16 copy and the product runs in bf16 with
+  // fp32 accumulation; out may be either type.
+  virtual void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
+                              int64_t Din) = 0;
   // din[N,Din] = dout · w (overwritten; added when accumulate_din), dw += doutᵀ · in, db += Σ_rows dout.
   // din may be null (no input gradient needed).
-  virtual void linear_backward(TensorRef din, float* dw, float* db, TensorRef dout, TensorRef in, const float* w,
+  // Gradients (din, dw, db, dout) are fp32; with bf16 `in` and `w` both
+  // products run in bf16 on a bf16 copy of dout.
+  virtual void linear_backward(TensorRef din, float* dw, float* db, TensorRef dout, TensorRef in, TensorRef w,
                                int64_t N, int64_t Dout, int64_t Din, bool accumulate_din) = 0;
 
   // out = (in - mean) * rstd * gamma + beta per row of D; saves mean and rstd (fp32).
@@ -98,7 +107,7 @@ class Ops {
   virtual void dropout(TensorRef x, size_t n, const DropoutSpec& spec) = 0;
   // y = x + dropout(b) (y may alias x).
   virtual void residual_add(TensorRef y, TensorRef x, TensorRef b, size_t n, const DropoutSpec& spec) = 0;
-  // dst = src (types may differ).
+  // dst = src; fp32 <-> bf16 conversions round to nearest even.
   virtual void copy(TensorRef dst, TensorRef src, size_t n) = 0;
 
   // The output head fused with the loss, over row chunks of `chunk_rows` so
@@ -107,7 +116,7 @@ class Ops {
   // Returns the sum of row losses and adds them per row to row_loss if not null.
   // If dh is not null (training), also: dh = ∂(grad_scale·Σloss)/∂h
   // (overwritten), dw += , db += . `scratch` holds chunk_rows×V floats.
-  virtual double lm_head_loss(const float* h, const float* w, const float* b, const int32_t* targets, int64_t N,
+  virtual double lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N,
                               int64_t D, int64_t V, float grad_scale, float* dh, float* dw, float* db,
                               float* row_loss, float* scratch, int64_t chunk_rows) = 0;
 

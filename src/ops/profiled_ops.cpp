@@ -19,12 +19,12 @@ class ProfiledOps final : public Ops {
   };
   std::map<std::string, Entry> entries;
 
-  void linear_forward(TensorRef out, TensorRef in, const float* w, const float* b, int64_t N, int64_t Dout,
+  void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
                       int64_t Din) override {
     Timer timer(entries["linear_forward"]);
     inner_->linear_forward(out, in, w, b, N, Dout, Din);
   }
-  void linear_backward(TensorRef din, float* dw, float* db, TensorRef dout, TensorRef in, const float* w, int64_t N,
+  void linear_backward(TensorRef din, float* dw, float* db, TensorRef dout, TensorRef in, TensorRef w, int64_t N,
                        int64_t Dout, int64_t Din, bool accumulate_din) override {
     Timer timer(entries["linear_backward"]);
     inner_->linear_backward(din, dw, db, dout, in, w, N, Dout, Din, accumulate_din);
@@ -88,7 +88,7 @@ class ProfiledOps final : public Ops {
     Timer timer(entries["copy"]);
     inner_->copy(dst, src, n);
   }
-  double lm_head_loss(const float* h, const float* w, const float* b, const int32_t* targets, int64_t N, int64_t D,
+  double lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D,
                       int64_t V, float grad_scale, float* dh, float* dw, float* db, float* row_loss, float* scratch,
                       int64_t chunk_rows) override {
     Timer timer(entries["lm_head_loss"]);

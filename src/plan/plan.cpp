@@ -29,9 +29,11 @@ int activation_bytes_per_element(const std::string& precision) {
 Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead) {
   CTRL_ASSERT(micro_batch >= 1 && zero_ranks >= 1);
   const ParamLayout params = make_param_layout(config.model);
-  const ActivationLayout acts = make_activation_layout(config.model, micro_batch);
+  const ActivationLayout acts =
+      make_activation_layout(config.model, micro_batch, activation_dtype(config.train.precision));
   const uint64_t p = uint64_t(params.total);
-  const uint64_t act = uint64_t(activation_bytes_per_element(config.train.precision));
+  activation_bytes_per_element(config.train.precision);  // validates the name
+  const uint64_t act = 4;  // the layout counts 4-byte units; 16-bit slots already take half
   // ZeRO-1 (train/trainer.cpp): shards of ceil(total / N), buffers padded to N shards.
   const uint64_t shard = (p + uint64_t(zero_ranks) - 1) / uint64_t(zero_ranks);
   const uint64_t padded = zero_ranks > 1 ? shard * uint64_t(zero_ranks) : p;

@@ -13,27 +13,62 @@
 
 namespace ctrl::cpu {
 
+namespace {
+
+// One (batch, head)'s q, k, v as fp32 with their leading dimension: the qkv
+// buffer itself when it is fp32, else the head's slices widened into scratch
+// (attention is a small share of the work, so it runs in fp32 either way).
+struct HeadInputs {
+  const float *q, *k, *v;
+  int64_t ld;
+};
+
+HeadInputs head_inputs(TensorRef qkv, int64_t b, int64_t h, int64_t T, int64_t D, int64_t hd, float* scratch) {
+  const int64_t row0 = b * T * 3 * D + h * hd;
+  if (qkv.dtype == DType::F32) {
+    const float* q = qkv.f32() + row0;
+    return {q, q + D, q + 2 * D, 3 * D};
+  }
+  const uint16_t* src = qkv.bf16() + row0;
+  for (int part = 0; part < 3; ++part)
+    for (int64_t t = 0; t < T; ++t) from_bf16(src + t * 3 * D + part * D, scratch + (part * T + t) * hd, hd);
+  return {scratch, scratch + T * hd, scratch + 2 * T * hd, hd};
+}
+
+size_t scratch_per_thread(int64_t T, int64_t hd) { return size_t(T * T + 4 * T * hd); }
+
+}  // namespace
+
 void CpuOps::attention_forward(TensorRef out_ref, float* probs, TensorRef qkv_ref, int64_t B, int64_t T, int64_t D,
                                int64_t H) {
-  float* out = out_ref.f32();
-  const float* qkv = qkv_ref.f32();
   const int64_t hd = D / H;
   const float scale = 1.0f / std::sqrt(float(hd));
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < B * H; ++bh) {
-    const int64_t b = bh / H, h = bh % H;
-    const float* q = qkv + b * T * 3 * D + h * hd;
-    const float* k = q + D;
-    const float* v = q + 2 * D;
-    float* P = probs + bh * T * T;
-    gemm_f32(false, true, T, T, hd, scale, q, 3 * D, k, 3 * D, 0.0f, P, T);
-    for (int64_t i = 0; i < T; ++i) {  // causal softmax: row i sees positions 0..i
-      float* row = P + i * T;
-      const double sum = exp_shift_sum(row, i + 1, row_max(row, i + 1));
-      row_scale(row, i + 1, float(1.0 / sum));
-      for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+  const bool low_out = out_ref.dtype == DType::BF16;
+  const int threads = omp_get_max_threads();
+  attention_scratch_.resize(size_t(threads) * scratch_per_thread(T, hd));
+#pragma omp parallel num_threads(threads)
+  {
+    float* scratch = attention_scratch_.data() + size_t(omp_get_thread_num()) * scratch_per_thread(T, hd);
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      const HeadInputs in = head_inputs(qkv_ref, b, h, T, D, hd, scratch + T * T);
+      float* P = probs + bh * T * T;
+      gemm_f32(false, true, T, T, hd, scale, in.q, in.ld, in.k, in.ld, 0.0f, P, T);
+      for (int64_t i = 0; i < T; ++i) {  // causal softmax: row i sees positions 0..i
+        float* row = P + i * T;
+        const double sum = exp_shift_sum(row, i + 1, row_max(row, i + 1));
+        row_scale(row, i + 1, float(1.0 / sum));
+        for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+      }
+      if (!low_out) {
+        gemm_f32(false, false, T, hd, T, 1.0f, P, T, in.v, in.ld, 0.0f, out_ref.f32() + b * T * D + h * hd, D);
+        continue;
+      }
+      float* o = scratch + T * T + 3 * T * hd;
+      gemm_f32(false, false, T, hd, T, 1.0f, P, T, in.v, in.ld, 0.0f, o, hd);
+      for (int64_t t = 0; t < T; ++t) to_bf16(o + t * hd, out_ref.bf16() + (b * T + t) * D + h * hd, hd);
     }
-    gemm_f32(false, false, T, hd, T, 1.0f, P, T, v, 3 * D, 0.0f, out + b * T * D + h * hd, D);
   }
 }
 
@@ -41,28 +76,24 @@ void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRe
                                 int64_t B, int64_t T, int64_t D, int64_t H) {
   float* dqkv = dqkv_ref.f32();
   const float* dout = dout_ref.f32();
-  const float* qkv = qkv_ref.f32();
   const int64_t hd = D / H;
   const float scale = 1.0f / std::sqrt(float(hd));
   const int threads = omp_get_max_threads();
-  attention_scratch_.resize(size_t(threads) * size_t(T) * size_t(T));
+  attention_scratch_.resize(size_t(threads) * scratch_per_thread(T, hd));
 #pragma omp parallel num_threads(threads)
   {
-    float* dP = attention_scratch_.data() + size_t(omp_get_thread_num()) * size_t(T) * size_t(T);
+    float* dP = attention_scratch_.data() + size_t(omp_get_thread_num()) * scratch_per_thread(T, hd);
 #pragma omp for schedule(static)
     for (int64_t bh = 0; bh < B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H;
-      const int64_t row0 = b * T * 3 * D + h * hd;
-      const float* q = qkv + row0;
-      const float* k = q + D;
-      const float* v = q + 2 * D;
-      float* dq = dqkv + row0;
+      const HeadInputs in = head_inputs(qkv_ref, b, h, T, D, hd, dP + T * T);
+      float* dq = dqkv + b * T * 3 * D + h * hd;
       float* dk = dq + D;
       float* dv = dq + 2 * D;
       const float* P = probs + bh * T * T;
       const float* dO = dout + b * T * D + h * hd;
-      gemm_f32(false, true, T, T, hd, 1.0f, dO, D, v, 3 * D, 0.0f, dP, T);   // dP = dO·vᵀ
-      gemm_f32(true, false, T, hd, T, 1.0f, P, T, dO, D, 0.0f, dv, 3 * D);   // dv = Pᵀ·dO
+      gemm_f32(false, true, T, T, hd, 1.0f, dO, D, in.v, in.ld, 0.0f, dP, T);  // dP = dO·vᵀ
+      gemm_f32(true, false, T, hd, T, 1.0f, P, T, dO, D, 0.0f, dv, 3 * D);     // dv = Pᵀ·dO
       for (int64_t i = 0; i < T; ++i) {  // softmax backward, in place: dS = P ⊙ (dP − Σ P·dP)
         const float* p = P + i * T;
         float* d = dP + i * T;
@@ -71,8 +102,8 @@ void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRe
         for (int64_t j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - dot);
         for (int64_t j = i + 1; j < T; ++j) d[j] = 0.0f;
       }
-      gemm_f32(false, false, T, hd, T, scale, dP, T, k, 3 * D, 0.0f, dq, 3 * D);  // dq = dS·k/√hd
-      gemm_f32(true, false, T, hd, T, scale, dP, T, q, 3 * D, 0.0f, dk, 3 * D);   // dk = dSᵀ·q/√hd
+      gemm_f32(false, false, T, hd, T, scale, dP, T, in.k, in.ld, 0.0f, dq, 3 * D);  // dq = dS·k/√hd
+      gemm_f32(true, false, T, hd, T, scale, dP, T, in.q, in.ld, 0.0f, dk, 3 * D);   // dk = dSᵀ·q/√hd
     }
   }
 }

@@ -2,7 +2,10 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+
+#include "ops/cpu/vec_math.h"
 
 namespace ctrl {
 
@@ -22,6 +25,26 @@ void add_column_sums(float* out, const float* x, int64_t rows, int64_t cols) {
     }
     for (int64_t c = c0; c < c1; ++c) out[c] += acc[c - c0];
   }
+}
+
+void convert_to_bf16(const float* in, uint16_t* out, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i0 = 0; i0 < n; i0 += 4096) to_bf16(in + i0, out + i0, int64_t(std::min<size_t>(4096, n - i0)));
+}
+
+void convert_from_bf16(const uint16_t* in, float* out, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i0 = 0; i0 < n; i0 += 4096) from_bf16(in + i0, out + i0, int64_t(std::min<size_t>(4096, n - i0)));
+}
+
+float* CpuOps::f32_scratch(size_t n) {
+  if (f32_scratch_.size() < n) f32_scratch_.resize(n);
+  return f32_scratch_.data();
+}
+
+uint16_t* CpuOps::bf16_scratch(size_t n) {
+  if (bf16_scratch_.size() < n) bf16_scratch_.resize(n);
+  return bf16_scratch_.data();
 }
 
 float sinusoid(int64_t pos, int64_t col, int64_t D) {

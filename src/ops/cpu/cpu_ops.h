@@ -11,9 +11,9 @@ namespace ctrl::cpu {
 class CpuOps final : public Ops {
  public:
   const char* name() const override { return "cpu"; }
-  void linear_forward(TensorRef out, TensorRef in, const float* w, const float* b, int64_t N, int64_t Dout,
+  void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
                       int64_t Din) override;
-  void linear_backward(TensorRef din, float* dw, float* db, TensorRef dout, TensorRef in, const float* w, int64_t N,
+  void linear_backward(TensorRef din, float* dw, float* db, TensorRef dout, TensorRef in, TensorRef w, int64_t N,
                        int64_t Dout, int64_t Din, bool accumulate_din) override;
   void layernorm_forward(TensorRef out, float* mean, float* rstd, TensorRef in, const float* gamma, const float* beta,
                          int64_t N, int64_t D, float eps) override;
@@ -35,7 +35,7 @@ class CpuOps final : public Ops {
   void dropout(TensorRef x, size_t n, const DropoutSpec& spec) override;
   void residual_add(TensorRef y, TensorRef x, TensorRef b, size_t n, const DropoutSpec& spec) override;
   void copy(TensorRef dst, TensorRef src, size_t n) override;
-  double lm_head_loss(const float* h, const float* w, const float* b, const int32_t* targets, int64_t N, int64_t D,
+  double lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D,
                       int64_t V, float grad_scale, float* dh, float* dw, float* db, float* row_loss, float* scratch,
                       int64_t chunk_rows) override;
   double sum_squares(const float* x, size_t n) override;
@@ -49,12 +49,19 @@ class CpuOps final : public Ops {
  private:
   std::vector<float> positions_;  // cached sinusoidal table [T, D]
   int64_t positions_T_ = 0, positions_D_ = 0;
-  std::vector<float> attention_scratch_;  // one T x T block per thread
+  std::vector<float> attention_scratch_;  // per thread: T x T, and q, k, v, out head slices in fp32
+  std::vector<float> f32_scratch_;        // fp32 results bound for bf16 outputs
+  std::vector<uint16_t> bf16_scratch_;    // bf16 copies of fp32 gradients for bf16 products
+  float* f32_scratch(size_t n);
+  uint16_t* bf16_scratch(size_t n);
 };
 
 // Shared helpers for the op files.
 // Adds row sums of x[rows, cols] into out[cols], deterministically.
 void add_column_sums(float* out, const float* x, int64_t rows, int64_t cols);
+// Parallel conversions between fp32 and bf16 buffers.
+void convert_to_bf16(const float* in, uint16_t* out, size_t n);
+void convert_from_bf16(const uint16_t* in, float* out, size_t n);
 // Sinusoidal position value as Hugging Face CTRL computes it: column k < D/2 is
 // sin(pos / 10000^(2k/D)), column D/2 + k the cosine of the same angle.
 float sinusoid(int64_t pos, int64_t col, int64_t D);

@@ -5,26 +5,32 @@
 #include <vector>
 
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/vec_math.h"
 
 namespace ctrl::cpu {
 
 void CpuOps::layernorm_forward(TensorRef out_ref, float* mean, float* rstd, TensorRef in_ref, const float* gamma,
                                const float* beta, int64_t N, int64_t D, float eps) {
-  float* out = out_ref.f32();
   const float* in = in_ref.f32();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < N; ++r) {
-    const float* x = in + r * D;
-    float sum = 0;
-    for (int64_t i = 0; i < D; ++i) sum += x[i];
-    const float m = sum / float(D);
-    float var = 0;
-    for (int64_t i = 0; i < D; ++i) var += (x[i] - m) * (x[i] - m);
-    const float s = 1.0f / std::sqrt(var / float(D) + eps);
-    float* y = out + r * D;
-    for (int64_t i = 0; i < D; ++i) y[i] = (x[i] - m) * s * gamma[i] + beta[i];
-    mean[r] = m;
-    rstd[r] = s;
+  const bool low = out_ref.dtype == DType::BF16;
+#pragma omp parallel
+  {
+    std::vector<float> row(low ? size_t(D) : 0);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < N; ++r) {
+      const float* x = in + r * D;
+      float sum = 0;
+      for (int64_t i = 0; i < D; ++i) sum += x[i];
+      const float m = sum / float(D);
+      float var = 0;
+      for (int64_t i = 0; i < D; ++i) var += (x[i] - m) * (x[i] - m);
+      const float s = 1.0f / std::sqrt(var / float(D) + eps);
+      float* y = low ? row.data() : out_ref.f32() + r * D;
+      for (int64_t i = 0; i < D; ++i) y[i] = (x[i] - m) * s * gamma[i] + beta[i];
+      if (low) to_bf16(y, out_ref.bf16() + r * D, D);
+      mean[r] = m;
+      rstd[r] = s;
+    }
   }
 }
 

@@ -1,13 +1,14 @@
-// Linear layer y = x·Wᵀ + b, forward and backward, on the CPU.
+// Linear layer y = x·Wᵀ + b, forward and backward, on the CPU, in fp32 or
+// with bf16 inputs and weights (fp32 accumulation and gradients).
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/gemm.h"
 
 namespace ctrl::cpu {
 
-void CpuOps::linear_forward(TensorRef out_ref, TensorRef in_ref, const float* w, const float* b, int64_t N,
+void CpuOps::linear_forward(TensorRef out_ref, TensorRef in_ref, TensorRef w_ref, const float* b, int64_t N,
                             int64_t Dout, int64_t Din) {
-  float* out = out_ref.f32();
-  const float* in = in_ref.f32();
+  const bool low = in_ref.dtype == DType::BF16;
+  float* out = out_ref.dtype == DType::F32 ? out_ref.f32() : f32_scratch(size_t(N * Dout));
   float beta = 0.0f;
   if (b) {  // start from the bias so the product accumulates onto it in one pass
 #pragma omp parallel for schedule(static)
@@ -15,16 +16,26 @@ void CpuOps::linear_forward(TensorRef out_ref, TensorRef in_ref, const float* w,
       for (int64_t c = 0; c < Dout; ++c) out[r * Dout + c] = b[c];
     beta = 1.0f;
   }
-  gemm_f32(false, true, N, Dout, Din, 1.0f, in, Din, w, Din, beta, out, Dout);
+  if (low) gemm_bf16(false, true, N, Dout, Din, 1.0f, in_ref.bf16(), Din, w_ref.bf16(), Din, beta, out, Dout);
+  else gemm_f32(false, true, N, Dout, Din, 1.0f, in_ref.f32(), Din, w_ref.f32(), Din, beta, out, Dout);
+  if (out_ref.dtype != DType::F32) convert_to_bf16(out, out_ref.bf16(), size_t(N * Dout));
 }
 
 void CpuOps::linear_backward(TensorRef din_ref, float* dw, float* db, TensorRef dout_ref, TensorRef in_ref,
-                             const float* w, int64_t N, int64_t Dout, int64_t Din, bool accumulate_din) {
+                             TensorRef w_ref, int64_t N, int64_t Dout, int64_t Din, bool accumulate_din) {
   const float* dout = dout_ref.f32();
-  const float* in = in_ref.f32();
-  if (din_ref.data)
-    gemm_f32(false, false, N, Din, Dout, 1.0f, dout, Dout, w, Din, accumulate_din ? 1.0f : 0.0f, din_ref.f32(), Din);
-  gemm_f32(true, false, Dout, Din, N, 1.0f, dout, Dout, in, Din, 1.0f, dw, Din);
+  const float beta = accumulate_din ? 1.0f : 0.0f;
+  if (in_ref.dtype == DType::BF16) {
+    uint16_t* dout_low = bf16_scratch(size_t(N * Dout));
+    convert_to_bf16(dout, dout_low, size_t(N * Dout));
+    if (din_ref.data)
+      gemm_bf16(false, false, N, Din, Dout, 1.0f, dout_low, Dout, w_ref.bf16(), Din, beta, din_ref.f32(), Din);
+    gemm_bf16(true, false, Dout, Din, N, 1.0f, dout_low, Dout, in_ref.bf16(), Din, 1.0f, dw, Din);
+  } else {
+    if (din_ref.data)
+      gemm_f32(false, false, N, Din, Dout, 1.0f, dout, Dout, w_ref.f32(), Din, beta, din_ref.f32(), Din);
+    gemm_f32(true, false, Dout, Din, N, 1.0f, dout, Dout, in_ref.f32(), Din, 1.0f, dw, Din);
+  }
   if (db) add_column_sums(db, dout, N, Dout);
 }
 

@@ -9,17 +9,22 @@
 
 namespace ctrl::cpu {
 
-double CpuOps::lm_head_loss(const float* h, const float* w, const float* b, const int32_t* targets, int64_t N,
+double CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const int32_t* targets, int64_t N,
                             int64_t D, int64_t V, float grad_scale, float* dh, float* dw, float* db, float* row_loss,
                             float* scratch, int64_t chunk_rows) {
   std::vector<double> losses(size_t(N), 0.0);
+  // bf16 mode: h and w are bf16; the logits, softmax and loss stay fp32, and the
+  // two backward products take a bf16 copy of the logit gradients.
+  const bool low = h_ref.dtype == DType::BF16;
+  uint16_t* dlogits_low = low && dh ? bf16_scratch(size_t(chunk_rows * V)) : nullptr;
   for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
     const int64_t R = std::min(chunk_rows, N - r0);
     float* logits = scratch;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < R; ++r)
       for (int64_t v = 0; v < V; ++v) logits[r * V + v] = b[v];
-    gemm_f32(false, true, R, V, D, 1.0f, h + r0 * D, D, w, D, 1.0f, logits, V);
+    if (low) gemm_bf16(false, true, R, V, D, 1.0f, h_ref.bf16() + r0 * D, D, w_ref.bf16(), D, 1.0f, logits, V);
+    else gemm_f32(false, true, R, V, D, 1.0f, h_ref.f32() + r0 * D, D, w_ref.f32(), D, 1.0f, logits, V);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < R; ++r) {
       float* row = logits + r * V;
@@ -37,8 +42,14 @@ double CpuOps::lm_head_loss(const float* h, const float* w, const float* b, cons
       row[target] -= grad_scale;
     }
     if (!dh) continue;
-    gemm_f32(false, false, R, D, V, 1.0f, logits, V, w, D, 0.0f, dh + r0 * D, D);  // dh = dlogits·w
-    gemm_f32(true, false, V, D, R, 1.0f, logits, V, h + r0 * D, D, 1.0f, dw, D);   // dw += dlogitsᵀ·h
+    if (low) {
+      convert_to_bf16(logits, dlogits_low, size_t(R * V));
+      gemm_bf16(false, false, R, D, V, 1.0f, dlogits_low, V, w_ref.bf16(), D, 0.0f, dh + r0 * D, D);
+      gemm_bf16(true, false, V, D, R, 1.0f, dlogits_low, V, h_ref.bf16() + r0 * D, D, 1.0f, dw, D);
+    } else {
+      gemm_f32(false, false, R, D, V, 1.0f, logits, V, w_ref.f32(), D, 0.0f, dh + r0 * D, D);  // dh = dlogits·w
+      gemm_f32(true, false, V, D, R, 1.0f, logits, V, h_ref.f32() + r0 * D, D, 1.0f, dw, D);   // dw += dlogitsᵀ·h
+    }
     add_column_sums(db, logits, R, V);
   }
   double total = 0;

@@ -1,6 +1,9 @@
 #include "ops/cpu/vec_math.h"
 
 #include <cmath>
+#include <cstring>
+
+#include "core/safetensors.h"
 
 #ifdef __AVX512F__
 #include <immintrin.h>
@@ -19,6 +22,30 @@ double exp_shift_sum_reference(float* x, int64_t n, float shift) {
   for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - shift));
   return sum;
 }
+
+void to_bf16_reference(const float* in, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(in[i]);
+}
+
+void from_bf16(const uint16_t* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = uint32_t(in[i]) << 16;
+    std::memcpy(out + i, &u, 4);
+  }
+}
+
+#if defined(__AVX512BF16__) && defined(__AVX512VL__)
+void to_bf16(const float* in, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256bh h = _mm512_cvtneps_pbh(_mm512_loadu_ps(in + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), reinterpret_cast<const __m256i&>(h));
+  }
+  to_bf16_reference(in + i, out + i, n - i);
+}
+#else
+void to_bf16(const float* in, uint16_t* out, int64_t n) { to_bf16_reference(in, out, n); }
+#endif
 
 #ifdef __AVX512F__
 

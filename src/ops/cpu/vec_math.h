@@ -17,6 +17,12 @@ void row_scale(float* x, int64_t n, float factor);
 float row_max_reference(const float* x, int64_t n);
 double exp_shift_sum_reference(float* x, int64_t n, float shift);
 
+// fp32 <-> bf16 (bit patterns), rounding to nearest even; n elements.
+// to_bf16 may flush denormal inputs to (signed) zero, as AVX512-BF16 does.
+void to_bf16(const float* in, uint16_t* out, int64_t n);
+void from_bf16(const uint16_t* in, float* out, int64_t n);
+void to_bf16_reference(const float* in, uint16_t* out, int64_t n);
+
 // exp of 16 floats with AVX-512 (about 1 ulp over the float range; 0 below
 // about -103, inf above about 88.7), exposed for tests.
 void exp16(const float* in, float* out);

@@ -1,0 +1,147 @@
+// bf16 mixed precision: bf16 matrix products on bf16 activations and a bf16
+// copy of the weights, fp32 master weights, LayerNorm statistics, softmax,
+// loss and optimizer state. Checked against the fp32 engine.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "model/model.h"
+#include "train/trainer.h"
+
+using namespace ctrl;
+
+namespace {
+
+std::string fresh_dir(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() / ("ctrl_mp_" + name + "_" + std::to_string(getpid()));
+  std::filesystem::remove_all(p);
+  return p.string();
+}
+
+// A corpus a model can learn: each code's stream repeats a fixed 37-token phrase.
+std::string learnable_corpus() {
+  const std::string dir = fresh_dir("corpus");
+  make_directories(dir);
+  std::vector<uint32_t> a, b;
+  for (int i = 0; i < 6000; ++i) a.push_back(10 + uint32_t((i * 7) % 37)), b.push_back(60 + uint32_t((i * 11) % 37));
+  write_shard(dir + "/train-A.tok", a, 1, 128);
+  write_shard(dir + "/train-B.tok", b, 1, 128);
+  write_shard(dir + "/valid-A.tok", a, 1, 128);
+  Manifest m;
+  m.vocab_size = 128;
+  m.eos_id = 2;
+  m.codes = {{"A", 3, 1, 1, {"train-A.tok"}, {"valid-A.tok"}}, {"B", 4, 1, 0, {"train-B.tok"}, {}}};
+  m.write(dir);
+  return dir;
+}
+
+Config tiny_config(const std::string& data, const std::string& precision) {
+  Config c = load_config("tiny");
+  for (const char* s : {"model.vocab_size=128", "model.n_layer=2", "model.d_model=64", "model.n_head=4",
+                        "model.d_ff=128", "model.n_ctx=32", "train.micro_batch=8", "train.global_batch=8",
+                        "train.eval_every=0", "train.checkpoint_every=0", "train.warmup_steps=20", "train.lr=3e-3",
+                        "train.log_every=50", "train.steps=200"})
+    apply_override(c, s);
+  c.train.data = data;
+  c.train.precision = precision;
+  return c;
+}
+
+TEST(MixedPrecision, Bf16LossCurveStaysCloseToFp32) {
+  const std::string data = learnable_corpus();
+  TrainerOptions o32{fresh_dir("fp32"), false, true}, o16{fresh_dir("bf16"), false, true};
+  Trainer fp32(tiny_config(data, "fp32"), o32), bf16(tiny_config(data, "bf16"), o16);
+  fp32.run();
+  bf16.run();
+  const auto& a = fp32.step_losses();
+  const auto& b = bf16.step_losses();
+  ASSERT_EQ(a.size(), 200u);
+  ASSERT_EQ(b.size(), 200u);
+  EXPECT_LT(a.back(), 0.5 * a.front());  // it learns at all
+  // Stated tolerance: every step within 0.1 nats plus 5% of the fp32 loss.
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(b[i])) << "step " << i;
+    EXPECT_LT(std::abs(a[i] - b[i]), 0.1 + 0.05 * a[i]) << "step " << i;
+  }
+  for (size_t i = 0; i < bf16.model().params.size(); ++i) ASSERT_TRUE(std::isfinite(bf16.model().params[i]));
+}
+
+TEST(MixedPrecision, Bf16GradientsMatchFp32WithinBf16Rounding) {
+  ModelConfig c;
+  c.vocab_size = 50, c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.d_ff = 48, c.n_ctx = 16, c.seed = 5;
+  c.embd_pdrop = c.resid_pdrop = 0;
+  auto ops = make_cpu_ops();
+  Model m32(c, *ops, 2), m16(c, *ops, 2, DType::BF16);
+  m32.init_weights();
+  m16.init_weights();
+  std::vector<int32_t> tokens(32), targets(32);
+  for (int i = 0; i < 32; ++i) tokens[size_t(i)] = (i * 13) % 50, targets[size_t(i)] = (i * 13 + 5) % 50;
+  const LossSum l32 = m32.forward_backward(tokens.data(), targets.data(), 2, 16, 1.0f / 32, 0);
+  const LossSum l16 = m16.forward_backward(tokens.data(), targets.data(), 2, 16, 1.0f / 32, 0);
+  EXPECT_NEAR(l16.mean(), l32.mean(), 0.01 * l32.mean());
+  // Relative L2 error per tensor: bf16 keeps 8 significant bits (about 0.4% per
+  // rounding), and the roundings of a few layers add up to a few percent.
+  for (const auto& t : m32.layout().tensors) {
+    if (t.name.find("Wk.bias") != std::string::npos) continue;  // exact gradient 0: noise on both sides
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < t.numel; ++i) {
+      const double d = double(m16.grads[t.offset + i]) - double(m32.grads[t.offset + i]);
+      diff += d * d;
+      norm += double(m32.grads[t.offset + i]) * double(m32.grads[t.offset + i]);
+    }
+    EXPECT_LT(std::sqrt(diff / norm), 0.03) << t.name;
+  }
+}
+
+TEST(MixedPrecision, Bf16StoresTheMatrixInputsInHalfTheRoom) {
+  ModelConfig c;
+  c.vocab_size = 100, c.n_layer = 3, c.d_model = 64, c.n_head = 4, c.d_ff = 256, c.n_ctx = 32;
+  const auto a32 = make_activation_layout(c, 4), a16 = make_activation_layout(c, 4, DType::BF16);
+  const size_t N = 4 * 32, D = 64, F = 256;
+  // Per layer ln1_out, qkv, att, ln2_out, ffn_h, plus lnf_out after the last: halved (up to alignment).
+  const size_t low = 3 * (N * D + 3 * N * D + N * D + N * D + N * F) + N * D;
+  EXPECT_NEAR(double(a32.total - a16.total), double(low) / 2, 16.0 * 20);
+  EXPECT_LT(a16.bytes(), a32.bytes());
+}
+
+TEST(MixedPrecision, ResumesInBf16AndSwitchesPrecisionOnResume) {
+  const std::string data = learnable_corpus();
+  Config c = tiny_config(data, "bf16");
+  c.train.steps = 6;
+  c.train.checkpoint_every = 3;
+  TrainerOptions whole{fresh_dir("whole"), false, true};
+  Trainer full(c, whole);
+  full.run();
+  TrainerOptions parts{fresh_dir("parts"), false, true};
+  Config first = c;
+  first.train.steps = 3;
+  Trainer(first, parts).run();
+  parts.resume = true;
+  Trainer rest(c, parts);
+  rest.run();
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest.step_losses()[i], full.step_losses()[3 + i]);
+  // The same run continues in fp32: precision is a training setting, not part of the model.
+  Config more = tiny_config(data, "fp32");
+  more.train.steps = 8;
+  more.train.checkpoint_every = 3;
+  Trainer switched(more, parts);
+  EXPECT_EQ(switched.state().step, 6);
+  switched.run();
+  EXPECT_TRUE(std::isfinite(switched.step_losses().back()));
+}
+
+TEST(MixedPrecision, Fp16IsRefusedWithAClearError) {
+  Config c = tiny_config("", "fp16");
+  TrainerOptions o{fresh_dir("fp16"), false, true};
+  try {
+    Trainer t(c, o);
+    FAIL() << "fp16 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp16"), std::string::npos);
+  }
+}
+
+}  // namespace
