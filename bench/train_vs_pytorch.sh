@@ -6,9 +6,9 @@
 #   tuned:    torch.set_num_threads(THREADS), OPENBLAS_CORETYPE and
 #             OPENBLAS_L2_SIZE unset (OpenBLAS picks its AVX-512 kernels where
 #             the CPU has them), Debian's tcmalloc preloaded.
-# Then `ctrl bench --config PRESET --steps N --warmup W --threads THREADS
-# --set train.micro_batch=BATCH` with dropout 0 as PyTorch's side `--json`, if the binary ($CTRL, else build/ctrl)
-# has that command, and a table with the ratios ctrl/defaults and ctrl/tuned.
+# Then `ctrl bench` on the same preset, micro-batch and precisions (dropout 0,
+# as PyTorch's side) if the binary ($CTRL, else build/ctrl) exists, and a table
+# with the ratios of ctrl to each PyTorch run of the same precision.
 # The JSON of every run is kept in RESULTS (a new temporary folder unless set).
 #
 # Knobs (environment): PRESET=small PRECISIONS="fp32 bf16" BATCH=8 STEPS=8
@@ -48,13 +48,15 @@ for prec in $PRECISIONS; do
 done
 
 if [ -x "$CTRL" ]; then
-  echo "== ctrl bench --config $PRESET --steps $STEPS --threads $THREADS --set train.micro_batch=$BATCH" >&2
-  if ! "$CTRL" bench --config "$PRESET" --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
-       --set train.micro_batch="$BATCH" --set model.embd_pdrop=0 --set model.resid_pdrop=0 \
-       --json > "$out/ctrl.json"; then
-    echo "train_vs_pytorch: '$CTRL bench' failed; showing PyTorch only" >&2
-    rm -f "$out/ctrl.json"
-  fi
+  for prec in $PRECISIONS; do
+    echo "== ctrl bench --config $PRESET --steps $STEPS --threads $THREADS --set train.micro_batch=$BATCH (dropout 0) $prec" >&2
+    if ! "$CTRL" bench --config "$PRESET" --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
+         --set train.micro_batch="$BATCH" --set model.embd_pdrop=0 --set model.resid_pdrop=0 \
+         --set train.precision="$prec" --json > "$out/ctrl-$prec.json"; then
+      echo "train_vs_pytorch: '$CTRL bench' failed for $prec" >&2
+      rm -f "$out/ctrl-$prec.json"
+    fi
+  done
 else
   echo "train_vs_pytorch: no ctrl binary at $CTRL (set CTRL=...); showing PyTorch only" >&2
 fi
@@ -83,9 +85,17 @@ print(f"{'run':<24}{'tokens/s':>10}{'it/s':>8}{'peak RSS MiB':>14}{'threads':>9}
 for name, r in rows:
     print(f"{name:<24}{r['tokens_per_s']:>10.0f}{r['it_per_s']:>8.3f}{r['peak_rss_bytes'] / 2**20:>14.0f}"
           f"{r.get('threads', ''):>9}  {r.get('blas', r.get('precision', ''))[:48]}")
-ctrl = load("ctrl.json")
-if ctrl:
-    for name, r in rows:
-        if name.startswith("pytorch-"):
-            print(f"ctrl / {name[8:]}: {ctrl['tokens_per_s'] / r['tokens_per_s']:.2f}x")
+# Each precision of ctrl against PyTorch's runs of the same precision: speed and peak memory.
+for name, r in rows:
+    if not name.startswith("pytorch-"):
+        continue
+    prec = name.rsplit("-", 1)[1]
+    ctrl = load(f"ctrl-{prec}.json")
+    if ctrl:
+        print(f"ctrl {prec} / {name[8:]}: {ctrl['tokens_per_s'] / r['tokens_per_s']:.2f}x tokens/s, "
+              f"{ctrl['peak_rss_bytes'] / r['peak_rss_bytes']:.2f}x peak memory")
+c32, c16 = load("ctrl-fp32.json"), load("ctrl-bf16.json")
+if c32 and c16:
+    print(f"ctrl bf16 / ctrl fp32: {c16['tokens_per_s'] / c32['tokens_per_s']:.2f}x tokens/s, "
+          f"{c16['peak_rss_bytes'] / c32['peak_rss_bytes']:.2f}x peak memory")
 EOF
