@@ -433,7 +433,7 @@ struct Batch {
 // ReLUs have kinks, and with h = 1e-2 a perturbation of an embedding row
 // (scaled by √D) moves some pre-activations across zero, which showed as
 // errors of several percent; by h = 3e-3 the differences had converged to the
-// analytic values (measured at h = 1e-1 ... 1e-4, docs/testing.md). At this
+// analytic values (measured at h = 1e-1 ... 1e-4, README, "Gradient checks"). At this
 // step the error is rounding noise of the fp32 loss, whatever the tensor:
 // about one ulp of the loss divided by 2h, so the bound is
 // kModelTol·scale + 2^-23·|L|/h (~9e-4 here for L ~ 24; measured noise errors

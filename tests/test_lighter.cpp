@@ -1,4 +1,4 @@
-// Lighter models (docs/lighter-models.md): cross-layer sharing, the factorized
+// Lighter models (README, "Lighter models"): cross-layer sharing, the factorized
 // embedding and activation recomputation.
 //  - Every variant's gradients against central differences of the loss
 //    (Model::evaluate sums the loss in double), every element of every

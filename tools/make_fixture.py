@@ -5,7 +5,7 @@ state-dict names), a random batch, the logits, loss and every parameter
 gradient, and short AdamW and Adagrad (TensorFlow semantics) trajectories.
 
 Run with Debian's python (/usr/bin/python3, python3-torch 1.13) after
-tools/setup_python.sh. See docs/oracle.md for the meaning of every tensor.
+tools/setup_python.sh. See the README section "PyTorch / Hugging Face oracle" for the meaning of every tensor.
 """
 import argparse
 import copy

@@ -28,7 +28,7 @@ const std::vector<float>& Generator::feed(int32_t token) {
   Ops& ops = model_.ops();
   const int64_t D = c.d_model, F = c.d_ff, H = c.n_head;
   const DropoutSpec none;
-  if (c.embedding_dim > 0) {  // factorized embedding (docs/lighter-models.md): E-wide, then Linear E→D
+  if (c.embedding_dim > 0) {  // factorized embedding (README, "Lighter models"): E-wide, then Linear E→D
     const int64_t E = c.embedding_dim;
     ops.embedding_at(emb_.data(), token, position_, model_.param("transformer.w.weight"), E, std::sqrt(float(E)));
     ops.linear_forward(x_.data(), emb_.data(), model_.param("transformer.w_proj_in.weight"),

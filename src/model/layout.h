@@ -40,7 +40,7 @@ struct ParamLayout {
 // layer 0's name; layers 1.. hold only their unshared tensors. A factorized
 // embedding (config.embedding_dim = E > 0) makes transformer.w.weight [V, E]
 // and adds transformer.w_proj_in.{weight [D, E], bias [D]} and
-// transformer.w_proj_out.{weight [E, D], bias [E]} (docs/lighter-models.md).
+// transformer.w_proj_out.{weight [E, D], bias [E]} (README, "Lighter models").
 ParamLayout make_param_layout(const ModelConfig& config);
 
 // Whether the layers share their attention block (Wq, Wk, Wv, dense,

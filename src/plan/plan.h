@@ -48,7 +48,7 @@ uint64_t engine_buffer_bytes(const Config& config, int64_t micro_batch);
 
 // Runtime memory of a CPU process around the engine's buffers (shared
 // libraries, OpenMP and oneDNN threads and caches), measured with
-// `ctrl bench`; see docs/plan.md. It includes the 64 MiB of matrices that
+// `ctrl bench`; see the README, "Planning a run". It includes the 64 MiB of matrices that
 // bench's GEMM-peak measurement holds, so it is slightly high for `ctrl train`.
 constexpr uint64_t kCpuRuntimeOverheadBytes = 100ull << 20;
 // CUDA context, cuBLAS/cuDNN handles and kernels, allocator slack per GPU.

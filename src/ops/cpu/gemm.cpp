@@ -1,4 +1,4 @@
-// CPU GEMM through oneDNN (chosen by measurement, see docs/gemm.md).
+// CPU GEMM through oneDNN (chosen by measurement, see the README, "CPU matrix products").
 //
 // fp32 uses dnnl_sgemm: JIT AVX-512 kernels, no per-shape object, and it runs
 // single-threaded by itself inside an OpenMP parallel region. It measured as

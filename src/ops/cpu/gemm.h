@@ -1,6 +1,6 @@
 // The CPU GEMM layer: every matrix product of the CPU engine goes through here.
 // The library behind it was chosen by measurement (bench/gemm_libs.cpp,
-// docs/gemm.md).
+// README, "CPU matrix products").
 //
 // Shape letters: C is M x N, the product reduces over K. All matrices are
 // row-major with leading dimensions (lda >= columns of the stored A, etc.).
