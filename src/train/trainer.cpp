@@ -375,12 +375,23 @@ void Trainer::save() {
   contents_.state = state_;
   OptimizerState optimizer_state = full_state(*optimizer_);
   std::vector<Buffer> gathered;
-  if (options_.zero == 1) {  // every rank contributes its shard; rank 0 writes the whole state
+  if (options_.zero == 1) {
+    // Every rank contributes its shard in pieces of at most 4M floats per rank;
+    // only rank 0, which writes, holds the whole state, the others one piece.
     optimizer_state.buffers.clear();
+    const size_t ranks = size_t(comm_->size()), piece = size_t(1) << 22;
     for (auto& [name, buffer] : optimizer_->state()) {
-      gathered.emplace_back(buffer->size() * size_t(comm_->size()));
-      comm_->all_gather(buffer->data(), gathered.back().data(), buffer->size());
-      optimizer_state.buffers.emplace_back(name, gathered.back().data());
+      const size_t shard = buffer->size();
+      if (writer()) gathered.emplace_back(shard * ranks);
+      Buffer staging(std::min(piece, shard) * ranks);
+      for (size_t at = 0; at < shard; at += piece) {
+        const size_t n = std::min(piece, shard - at);
+        comm_->all_gather(buffer->data() + at, staging.data(), n);
+        if (writer())
+          for (size_t r = 0; r < ranks; ++r)
+            std::copy(staging.data() + r * n, staging.data() + (r + 1) * n, gathered.back().data() + r * shard + at);
+      }
+      if (writer()) optimizer_state.buffers.emplace_back(name, gathered.back().data());
     }
   }
   if (writer()) {
