@@ -1,6 +1,7 @@
-// bf16 mixed precision: bf16 matrix products on bf16 activations and a bf16
-// copy of the weights, fp32 master weights, LayerNorm statistics, softmax,
-// loss and optimizer state. Checked against the fp32 engine.
+// Mixed precision: bf16 or fp16 matrix products on 16-bit activations and a
+// 16-bit copy of the weights; fp32 master weights, LayerNorm statistics,
+// softmax, loss and optimizer state; fp16 with dynamic loss scaling. Checked
+// against the fp32 engine.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "model/model.h"
+#include "train/loss_scaler.h"
 #include "train/trainer.h"
 
 using namespace ctrl;
@@ -133,15 +135,87 @@ TEST(MixedPrecision, ResumesInBf16AndSwitchesPrecisionOnResume) {
   EXPECT_TRUE(std::isfinite(switched.step_losses().back()));
 }
 
-TEST(MixedPrecision, Fp16IsRefusedWithAClearError) {
-  Config c = tiny_config("", "fp16");
-  TrainerOptions o{fresh_dir("fp16"), false, true};
-  try {
-    Trainer t(c, o);
-    FAIL() << "fp16 accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("fp16"), std::string::npos);
-  }
+TEST(MixedPrecision, Fp16LossCurveStaysCloseToFp32) {
+  const std::string data = learnable_corpus();
+  TrainerOptions o32{fresh_dir("fp32b"), false, true}, o16{fresh_dir("fp16"), false, true};
+  Trainer fp32(tiny_config(data, "fp32"), o32), fp16(tiny_config(data, "fp16"), o16);
+  fp32.run();
+  fp16.run();
+  const auto& a = fp32.step_losses();
+  const auto& b = fp16.step_losses();
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_LT(std::abs(a[i] - b[i]), 0.1 + 0.05 * a[i]) << "step " << i;
+  EXPECT_EQ(fp16.state().scaler.skipped_steps, 0);  // 2^16 never overflows here
+  for (size_t i = 0; i < fp16.model().params.size(); ++i) ASSERT_TRUE(std::isfinite(fp16.model().params[i]));
+}
+
+TEST(MixedPrecision, LossScalerSkipsBacksOffAndGrowsAsGradScalerDoes) {
+  LossScaler s(65536, 3);
+  EXPECT_FALSE(s.update(false));  // overflow: skip, halve
+  EXPECT_EQ(s.scale(), 32768);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 32768);
+  EXPECT_TRUE(s.update(true));  // third clean step in a row: double
+  EXPECT_EQ(s.scale(), 65536);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_FALSE(s.update(false));  // an overflow resets the clean-step count
+  EXPECT_TRUE(s.update(true));
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale(), 32768);
+  EXPECT_EQ(s.state().skipped_steps, 2);
+}
+
+TEST(MixedPrecision, ForcedOverflowsAreSkippedAndNeverReachTheWeights) {
+  // A scale of 2^40 overflows fp16 gradients at once: the trainer must skip
+  // steps and halve the scale until the gradients fit, then train normally.
+  const std::string data = learnable_corpus();
+  Config c = tiny_config(data, "fp16");
+  c.train.loss_scale = 1099511627776.0;  // 2^40
+  c.train.loss_scale_window = 10;
+  c.train.steps = 60;
+  TrainerOptions o{fresh_dir("overflow"), false, true};
+  Trainer t(c, o);
+  const Buffer& params = t.model().params;
+  std::vector<float> before(params.data(), params.data() + params.size());
+  t.run();
+  const auto& s = t.state().scaler;
+  EXPECT_GT(s.skipped_steps, 5);
+  EXPECT_LT(s.scale, 1099511627776.0);
+  for (size_t i = 0; i < params.size(); ++i) ASSERT_TRUE(std::isfinite(params[i]));
+  EXPECT_NE(std::vector<float>(params.data(), params.data() + params.size()), before);  // it did train afterwards
+  EXPECT_LT(t.step_losses().back(), t.step_losses().front());
+  EXPECT_LT(s.clean_steps, c.train.loss_scale_window);
+  // Growth in the trainer: from scale 1, 20 clean steps with a window of 5 double it four times.
+  Config g = tiny_config(data, "fp16");
+  g.train.loss_scale = 1;
+  g.train.loss_scale_window = 5;
+  g.train.steps = 20;
+  TrainerOptions og{fresh_dir("growth"), false, true};
+  Trainer grow(g, og);
+  grow.run();
+  EXPECT_EQ(grow.state().scaler.skipped_steps, 0);
+  EXPECT_EQ(grow.state().scaler.scale, 16.0);
+}
+
+TEST(MixedPrecision, Fp16ResumesBitForBitWithItsLossScale) {
+  const std::string data = learnable_corpus();
+  Config c = tiny_config(data, "fp16");
+  c.train.steps = 6;
+  c.train.checkpoint_every = 3;
+  c.train.loss_scale_window = 2;  // the scale changes within the run, so it must be restored
+  TrainerOptions whole{fresh_dir("whole16"), false, true};
+  Trainer full(c, whole);
+  full.run();
+  TrainerOptions parts{fresh_dir("parts16"), false, true};
+  Config first = c;
+  first.train.steps = 3;
+  Trainer(first, parts).run();
+  parts.resume = true;
+  Trainer rest(c, parts);
+  rest.run();
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest.step_losses()[i], full.step_losses()[3 + i]);
+  EXPECT_EQ(rest.state().scaler.scale, full.state().scaler.scale);
 }
 
 }  // namespace

@@ -40,7 +40,6 @@ int run(const std::vector<std::string>& argv) {
   Config config = load_config(args.require("config"));
   for (const auto& s : args.all("set")) apply_override(config, s);
   validate(config);
-  require_engine_support(config);
   const int64_t steps = args.get_int("steps", 10), warmup = args.get_int("warmup", 2);
   if (steps < 1 || warmup < 0) fail("ctrl bench: --steps must be at least 1 and --warmup not negative");
   if (args.has("threads")) {

@@ -80,7 +80,8 @@ const std::vector<Field>& fields() {
       INT_FIELD(train, micro_batch), INT_FIELD(train, global_batch), INT_FIELD(train, steps),
       INT_FIELD(train, eval_every), INT_FIELD(train, eval_batches), INT_FIELD(train, log_every),
       INT_FIELD(train, checkpoint_every), INT_FIELD(train, keep_checkpoints), INT_FIELD(train, threads),
-      INT_FIELD(train, seed), STR_FIELD(train, precision),
+      INT_FIELD(train, seed), STR_FIELD(train, precision), REAL_FIELD(train, loss_scale),
+      INT_FIELD(train, loss_scale_window),
   };
   return table;
 }
@@ -210,12 +211,7 @@ void validate(const Config& c) {
        "model.recompute must be none, cheap or layers, got '" + m.recompute + "'");
   need(t.precision == "fp32" || t.precision == "bf16" || t.precision == "fp16",
        "train.precision must be fp32, bf16 or fp16, got '" + t.precision + "'");
-}
-
-void require_engine_support(const Config& c) {
-  if (c.train.precision == "fp16")
-    fail("config " + c.preset + ": train.precision=fp16 is not implemented in the CPU engine yet (fp32 and bf16 are); "
-         "`ctrl plan` accepts it for GPU estimates");
+  need(t.loss_scale > 0 && t.loss_scale_window >= 1, "train.loss_scale must be positive and loss_scale_window at least 1");
 }
 
 std::string config_to_json(const Config& c) {

@@ -22,10 +22,10 @@ struct LossSum {
 class Model {
  public:
   // Allocates parameters, gradients and activations for micro-batches of up to
-  // max_batch sequences of up to n_ctx tokens. With low = BF16 (mixed
-  // precision) the matrix products run in bf16 on a bf16 copy of the weights,
+  // max_batch sequences of up to n_ctx tokens. With low = BF16 or F16 (mixed
+  // precision) the matrix products run in that type on a copy of the weights,
   // refreshed from the fp32 master weights at every forward pass, and the
-  // activations that feed them are stored in bf16.
+  // activations that feed them are stored in it.
   Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low = DType::F32);
 
   const ModelConfig& config() const { return config_; }
@@ -73,7 +73,8 @@ class Model {
   TensorRef low(size_t offset) { return TensorRef(act(offset), acts_layout_.dtype); }
   // A weight matrix as the matrix products take it: the bf16 copy under mixed precision.
   TensorRef weight(size_t offset) {
-    return low_weights_.size() ? TensorRef(low_weights_.data() + offset, DType::BF16) : TensorRef(params.data() + offset);
+    return low_weights_.size() ? TensorRef(low_weights_.data() + offset, acts_layout_.dtype)
+                               : TensorRef(params.data() + offset);
   }
   float* d_head() { return act(factorized() ? acts_layout_.d_emb : acts_layout_.d_ln); }
   DropoutSpec dropout(double p, bool training, uint64_t seed, uint64_t stream) const;
@@ -87,7 +88,7 @@ class Model {
   ParamLayout layout_;
   ActivationLayout acts_layout_;
   Buffer activations_;
-  std::vector<uint16_t> low_weights_;  // bf16 copy of params (mixed precision only)
+  std::vector<uint16_t> low_weights_;  // bf16/fp16 copy of params (mixed precision only)
   // Per-layer parameter offsets, resolved once; layers that share a block
   // (config.sharing) hold the same offsets, so their gradients add up there.
   struct LayerParams {

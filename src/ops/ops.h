@@ -35,6 +35,11 @@ struct TensorRef {
     CTRL_ASSERT(dtype == DType::BF16);
     return static_cast<uint16_t*>(data);
   }
+  bool is_16bit() const { return dtype == DType::BF16 || dtype == DType::F16; }
+  uint16_t* u16() const {  // either 16-bit float, as bits
+    CTRL_ASSERT(is_16bit());
+    return static_cast<uint16_t*>(data);
+  }
 };
 
 // Masks are pure functions of (seed, stream, first_index + i), recomputed in
@@ -61,13 +66,15 @@ class Ops {
 
   // out[N,Dout] = in[N,Din] · w[Dout,Din]ᵀ + b[Dout] (b may be null). With
   // bf16 `in` the weight is its bf16 copy and the product runs in bf16 with
-  // fp32 accumulation; out may be either type.
+  // fp32 accumulation; fp16 likewise (a CPU without fp16 arithmetic widens the
+  // fp16 operands to fp32); out may be any of the types.
   virtual void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
                               int64_t Din) = 0;
   // din[N,Din] = dout · w (overwritten; added when accumulate_din), dw += doutᵀ · in, db += Σ_rows dout.
   // din may be null (no input gradient needed).
-  // Gradients (din, dw, db, dout) are fp32; with bf16 `in` and `w` both
-  // products run in bf16 on a bf16 copy of dout.
+  // Gradients (din, dw, db, dout) are fp32; with 16-bit `in` and `w` both
+  // products take a 16-bit copy of dout (in fp16 it can overflow to inf,
+  // which loss scaling detects).
   virtual void linear_backward(TensorRef din, float* dw, float* db, TensorRef dout, TensorRef in, TensorRef w,
                                int64_t N, int64_t Dout, int64_t Din, bool accumulate_din) = 0;
 
@@ -107,7 +114,7 @@ class Ops {
   virtual void dropout(TensorRef x, size_t n, const DropoutSpec& spec) = 0;
   // y = x + dropout(b) (y may alias x).
   virtual void residual_add(TensorRef y, TensorRef x, TensorRef b, size_t n, const DropoutSpec& spec) = 0;
-  // dst = src; fp32 <-> bf16 conversions round to nearest even.
+  // dst = src; conversions between fp32 and bf16/fp16 round to nearest even.
   virtual void copy(TensorRef dst, TensorRef src, size_t n) = 0;
 
   // The output head fused with the loss, over row chunks of `chunk_rows` so

@@ -40,6 +40,11 @@ void save_checkpoint(const std::string& path, const CheckpointContents& c, const
   w.set_metadata("optimizer_step", std::to_string(optimizer ? optimizer->step : 0));
   w.set_metadata("next_sequence", std::to_string(c.state.next_sequence));
   w.set_metadata("elapsed_seconds", std::to_string(c.state.elapsed_seconds));
+  char scale[64];
+  std::snprintf(scale, sizeof scale, "%.17g", c.state.scaler.scale);
+  w.set_metadata("loss_scale", scale);
+  w.set_metadata("loss_scale_clean_steps", std::to_string(c.state.scaler.clean_steps));
+  w.set_metadata("skipped_steps", std::to_string(c.state.scaler.skipped_steps));
   w.set_metadata("codes", codes.dump());
   w.set_metadata("crc32", std::to_string(w.data_crc32()));
   w.write(path);
@@ -63,6 +68,9 @@ Checkpoint::Checkpoint(const std::string& path) {
     contents_.state.step = std::stoll(get("step"));
     contents_.state.next_sequence = std::stoll(get("next_sequence"));
     contents_.state.elapsed_seconds = std::stod(get("elapsed_seconds"));
+    contents_.state.scaler.scale = std::stod(get("loss_scale"));
+    contents_.state.scaler.clean_steps = std::stoll(get("loss_scale_clean_steps"));
+    contents_.state.scaler.skipped_steps = std::stoll(get("skipped_steps"));
     for (const auto& code : nlohmann::json::parse(get("codes")))
       contents_.codes.push_back({code.at("name").get<std::string>(), code.at("token_id").get<int32_t>()});
   } catch (const Error&) {

@@ -12,6 +12,7 @@
 #include "core/safetensors.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "train/loss_scaler.h"
 #include "train/optimizer.h"
 
 namespace ctrl {
@@ -20,6 +21,7 @@ struct TrainState {
   int64_t step = 0;            // optimizer steps done
   int64_t next_sequence = 0;   // data position: index of the next training sequence
   double elapsed_seconds = 0;  // training time so far, across resumes
+  LossScalerState scaler;      // fp16 loss scaling (the defaults when never used)
 };
 
 struct CodeInfo {

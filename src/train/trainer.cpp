@@ -17,6 +17,7 @@
 #include "core/progress.h"
 #include "core/rng.h"
 #include "core/sysinfo.h"
+#include "train/loss_scaler.h"
 
 namespace ctrl {
 
@@ -126,7 +127,6 @@ std::vector<CodeLoss> evaluate_held_out(Model& model, const Batches& batches, in
 
 Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(config), options_(options) {
   validate(config_);
-  require_engine_support(config_);
   if (config_.train.threads > 0) omp_set_num_threads(int(config_.train.threads));
   comm_ = options_.comm;
   if (!comm_) {
@@ -233,12 +233,14 @@ void Trainer::share_initial_state(const Checkpoint* checkpoint) {
                      config_.train.optimizer.c_str());
     } else {
       model_->init_weights();
+      state_.scaler.scale = config_.train.loss_scale;
     }
     flags[2] = state_.step, flags[3] = state_.next_sequence;
   }
   comm_->broadcast(flags, sizeof flags, 0);
   comm_->broadcast(model_->params.data(), layout.total * sizeof(float), 0);
   comm_->broadcast(&state_.elapsed_seconds, sizeof(double), 0);
+  comm_->broadcast(&state_.scaler, sizeof state_.scaler, 0);
   state_.step = flags[2], state_.next_sequence = flags[3];
   if (!flags[1]) return;
   Buffer full(layout.total);
@@ -262,7 +264,10 @@ void Trainer::train_step() {
   const int64_t ranks = comm_->size();
   const int64_t per_rank = t.global_batch / ranks, micro_steps = per_rank / t.micro_batch;
   // Every target of a training sequence counts, so the mean over the global batch is Σ / (global_batch · T).
-  const float grad_scale = 1.0f / float(t.global_batch * T);
+  // Under fp16 the loss is multiplied by the loss scale as well, and the gradients divided by it below.
+  const bool fp16 = t.precision == "fp16";
+  const double loss_scale = fp16 ? state_.scaler.scale : 1.0;
+  const float grad_scale = float(loss_scale / double(t.global_batch * T));
   const auto start = Clock::now();
   model_->zero_grads();
   double loss_sum = 0;
@@ -287,6 +292,15 @@ void Trainer::train_step() {
   const double loss = loss_sum / double(t.global_batch * T);
   const double lr = learning_rate(t, state_.step);
   double norm;
+  // fp16: a step whose gradients (or loss) overflowed is skipped and the scale backs off.
+  auto scaler_allows_step = [&](double sum_of_squares) {
+    if (!fp16) return true;
+    LossScaler scaler(loss_scale, t.loss_scale_window);
+    scaler.restore(state_.scaler);
+    const bool ok = scaler.update(std::isfinite(sum_of_squares) && std::isfinite(loss));
+    state_.scaler = scaler.state();
+    return ok;
+  };
   if (options_.zero == 1) {
     // Reduce-scatter: this rank gets the summed gradients of its shard, clips
     // them with the global norm, updates its shard, and all-gather shares the result.
@@ -294,21 +308,29 @@ void Trainer::train_step() {
     comm_->reduce_scatter_sum(model_->grads.data(), grad_shard_.data(), shard);
     double sq = ops_->sum_squares(grad_shard_.data(), shard);
     comm_->all_reduce_sum(&sq, 1);
-    norm = std::sqrt(sq);
-    if (t.clip_norm > 0 && t.clip_norm / (norm + 1e-6) < 1.0)
-      ops_->scale(grad_shard_.data(), shard, float(t.clip_norm / (norm + 1e-6)));
-    optimizer_->step(model_->params, grad_shard_.data(), lr);
-    comm_->all_gather(model_->params.data() + optimizer_->shard_begin(), model_->params.data(), shard);
+    norm = std::sqrt(sq) / loss_scale;
+    if (scaler_allows_step(sq)) {
+      double factor = 1.0 / loss_scale;
+      if (t.clip_norm > 0 && t.clip_norm / (norm + 1e-6) < 1.0) factor *= t.clip_norm / (norm + 1e-6);
+      if (factor != 1.0) ops_->scale(grad_shard_.data(), shard, float(factor));
+      optimizer_->step(model_->params, grad_shard_.data(), lr);
+      comm_->all_gather(model_->params.data() + optimizer_->shard_begin(), model_->params.data(), shard);
+    }
   } else {
     reduce_gradients();
-    norm = optimizer_->clip(model_->grads, t.clip_norm);
-    optimizer_->step(model_->params, model_->grads, lr);
+    const double sq = fp16 ? ops_->sum_squares(model_->grads.data(), model_->grads.size()) : 0.0;
+    norm = std::sqrt(sq) / loss_scale;
+    if (scaler_allows_step(sq)) {
+      if (fp16) ops_->scale(model_->grads.data(), model_->grads.size(), float(1.0 / loss_scale));
+      norm = optimizer_->clip(model_->grads, t.clip_norm);
+      optimizer_->step(model_->params, model_->grads, lr);
+    }
   }
   ++state_.step;
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   state_.elapsed_seconds += seconds;
   step_losses_.push_back(loss);
-  if (!std::isfinite(loss)) fail("training diverged at step " + std::to_string(state_.step) + ": loss is " +
+  if (!std::isfinite(loss) && !fp16) fail("training diverged at step " + std::to_string(state_.step) + ": loss is " +
                                  std::to_string(loss) + " (lower train.lr or raise train.warmup_steps)");
   log_step(loss, lr, norm, seconds);
 }
@@ -340,6 +362,10 @@ void Trainer::log_step(double loss, double lr, double norm, double seconds) {
   j["it_per_s"] = its;
   j["elapsed_s"] = state_.elapsed_seconds;
   j["rss_bytes"] = current_rss_bytes();
+  if (t.precision == "fp16") {
+    j["loss_scale"] = state_.scaler.scale;
+    j["skipped_steps"] = state_.scaler.skipped_steps;
+  }
   std::fprintf(metrics_, "%s\n", j.dump().c_str());
   std::fflush(metrics_);
   if (!options_.quiet) {

@@ -29,9 +29,10 @@ HeadInputs head_inputs(TensorRef qkv, int64_t b, int64_t h, int64_t T, int64_t D
     const float* q = qkv.f32() + row0;
     return {q, q + D, q + 2 * D, 3 * D};
   }
-  const uint16_t* src = qkv.bf16() + row0;
+  const uint16_t* src = qkv.u16() + row0;
+  const auto widen = qkv.dtype == DType::F16 ? from_f16 : from_bf16;
   for (int part = 0; part < 3; ++part)
-    for (int64_t t = 0; t < T; ++t) from_bf16(src + t * 3 * D + part * D, scratch + (part * T + t) * hd, hd);
+    for (int64_t t = 0; t < T; ++t) widen(src + t * 3 * D + part * D, scratch + (part * T + t) * hd, hd);
   return {scratch, scratch + T * hd, scratch + 2 * T * hd, hd};
 }
 
@@ -43,7 +44,7 @@ void CpuOps::attention_forward(TensorRef out_ref, float* probs, TensorRef qkv_re
                                int64_t H) {
   const int64_t hd = D / H;
   const float scale = 1.0f / std::sqrt(float(hd));
-  const bool low_out = out_ref.dtype == DType::BF16;
+  const bool low_out = out_ref.is_16bit();
   const int threads = omp_get_max_threads();
   attention_scratch_.resize(size_t(threads) * scratch_per_thread(T, hd));
 #pragma omp parallel num_threads(threads)
@@ -67,7 +68,8 @@ void CpuOps::attention_forward(TensorRef out_ref, float* probs, TensorRef qkv_re
       }
       float* o = scratch + T * T + 3 * T * hd;
       gemm_f32(false, false, T, hd, T, 1.0f, P, T, in.v, in.ld, 0.0f, o, hd);
-      for (int64_t t = 0; t < T; ++t) to_bf16(o + t * hd, out_ref.bf16() + (b * T + t) * D + h * hd, hd);
+      const auto narrow = out_ref.dtype == DType::F16 ? to_f16 : to_bf16;
+      for (int64_t t = 0; t < T; ++t) narrow(o + t * hd, out_ref.u16() + (b * T + t) * D + h * hd, hd);
     }
   }
 }

@@ -37,6 +37,36 @@ void convert_from_bf16(const uint16_t* in, float* out, size_t n) {
   for (size_t i0 = 0; i0 < n; i0 += 4096) from_bf16(in + i0, out + i0, int64_t(std::min<size_t>(4096, n - i0)));
 }
 
+void store_as(TensorRef out, const float* in, size_t n) {
+  if (out.dtype == DType::BF16) return convert_to_bf16(in, out.bf16(), n);
+  if (out.dtype == DType::F16) {
+    uint16_t* o = out.u16();
+#pragma omp parallel for schedule(static)
+    for (size_t i0 = 0; i0 < n; i0 += 4096) to_f16(in + i0, o + i0, int64_t(std::min<size_t>(4096, n - i0)));
+    return;
+  }
+  if (out.f32() != in) std::copy(in, in + n, out.f32());
+}
+
+void load_as_f32(TensorRef in, float* out, size_t n) {
+  if (in.dtype == DType::BF16) return convert_from_bf16(in.bf16(), out, n);
+  if (in.dtype == DType::F16) {
+    const uint16_t* x = in.u16();
+#pragma omp parallel for schedule(static)
+    for (size_t i0 = 0; i0 < n; i0 += 4096) from_f16(x + i0, out + i0, int64_t(std::min<size_t>(4096, n - i0)));
+    return;
+  }
+  std::copy(in.f32(), in.f32() + n, out);
+}
+
+const float* CpuOps::widened(TensorRef t, size_t n, int slot) {
+  if (t.dtype == DType::F32) return t.f32();
+  auto& buffer = widened_[slot];
+  if (buffer.size() < n) buffer.resize(n);
+  load_as_f32(t, buffer.data(), n);
+  return buffer.data();
+}
+
 float* CpuOps::f32_scratch(size_t n) {
   if (f32_scratch_.size() < n) f32_scratch_.resize(n);
   return f32_scratch_.data();

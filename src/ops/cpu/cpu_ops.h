@@ -52,8 +52,11 @@ class CpuOps final : public Ops {
   std::vector<float> attention_scratch_;  // per thread: T x T, and q, k, v, out head slices in fp32
   std::vector<float> f32_scratch_;        // fp32 results bound for bf16 outputs
   std::vector<uint16_t> bf16_scratch_;    // bf16 copies of fp32 gradients for bf16 products
+  std::vector<float> widened_[3];        // fp32 copies of fp16 operands
   float* f32_scratch(size_t n);
   uint16_t* bf16_scratch(size_t n);
+  // The tensor as fp32: itself, or its n 16-bit elements widened into scratch `slot`.
+  const float* widened(TensorRef t, size_t n, int slot);
 };
 
 // Shared helpers for the op files.
@@ -62,6 +65,9 @@ void add_column_sums(float* out, const float* x, int64_t rows, int64_t cols);
 // Parallel conversions between fp32 and bf16 buffers.
 void convert_to_bf16(const float* in, uint16_t* out, size_t n);
 void convert_from_bf16(const uint16_t* in, float* out, size_t n);
+// Parallel conversions between fp32 and a buffer of `type` (F32, BF16 or F16).
+void store_as(TensorRef out, const float* in, size_t n);
+void load_as_f32(TensorRef in, float* out, size_t n);
 // Sinusoidal position value as Hugging Face CTRL computes it: column k < D/2 is
 // sin(pos / 10000^(2k/D)), column D/2 + k the cosine of the same angle.
 float sinusoid(int64_t pos, int64_t col, int64_t D);

@@ -9,8 +9,8 @@
 namespace ctrl::cpu {
 
 void CpuOps::relu_forward(TensorRef x_ref, size_t n) {
-  if (x_ref.dtype == DType::BF16) {  // a bf16 value is negative exactly when its sign bit is set
-    uint16_t* x = x_ref.bf16();
+  if (x_ref.is_16bit()) {  // a bf16 or fp16 value is negative exactly when its sign bit is set
+    uint16_t* x = x_ref.u16();
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) x[i] = (x[i] & 0x8000) ? 0 : x[i];
     return;
@@ -22,8 +22,8 @@ void CpuOps::relu_forward(TensorRef x_ref, size_t n) {
 
 void CpuOps::relu_backward(TensorRef dx_ref, TensorRef y_ref, size_t n) {
   float* dx = dx_ref.f32();
-  if (y_ref.dtype == DType::BF16) {
-    const uint16_t* y = y_ref.bf16();
+  if (y_ref.is_16bit()) {
+    const uint16_t* y = y_ref.u16();
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) dx[i] = (y[i] != 0 && !(y[i] & 0x8000)) ? dx[i] : 0.0f;
     return;
@@ -59,8 +59,8 @@ void CpuOps::residual_add(TensorRef y_ref, TensorRef x_ref, TensorRef b_ref, siz
 }
 
 void CpuOps::copy(TensorRef dst, TensorRef src, size_t n) {
-  if (dst.dtype == DType::BF16 && src.dtype == DType::F32) return convert_to_bf16(src.f32(), dst.bf16(), n);
-  if (dst.dtype == DType::F32 && src.dtype == DType::BF16) return convert_from_bf16(src.bf16(), dst.f32(), n);
+  if (dst.is_16bit() && src.dtype == DType::F32) return store_as(dst, src.f32(), n);
+  if (dst.dtype == DType::F32 && src.is_16bit()) return load_as_f32(src, dst.f32(), n);
   float* d = dst.f32();
   const float* s = src.f32();
 #pragma omp parallel for schedule(static)

@@ -12,7 +12,7 @@ namespace ctrl::cpu {
 void CpuOps::layernorm_forward(TensorRef out_ref, float* mean, float* rstd, TensorRef in_ref, const float* gamma,
                                const float* beta, int64_t N, int64_t D, float eps) {
   const float* in = in_ref.f32();
-  const bool low = out_ref.dtype == DType::BF16;
+  const bool low = out_ref.is_16bit();
 #pragma omp parallel
   {
     std::vector<float> row(low ? size_t(D) : 0);
@@ -27,7 +27,8 @@ void CpuOps::layernorm_forward(TensorRef out_ref, float* mean, float* rstd, Tens
       const float s = 1.0f / std::sqrt(var / float(D) + eps);
       float* y = low ? row.data() : out_ref.f32() + r * D;
       for (int64_t i = 0; i < D; ++i) y[i] = (x[i] - m) * s * gamma[i] + beta[i];
-      if (low) to_bf16(y, out_ref.bf16() + r * D, D);
+      if (out_ref.dtype == DType::BF16) to_bf16(y, out_ref.u16() + r * D, D);
+      if (out_ref.dtype == DType::F16) to_f16(y, out_ref.u16() + r * D, D);
       mean[r] = m;
       rstd[r] = s;
     }

@@ -7,7 +7,7 @@ namespace ctrl::cpu {
 
 void CpuOps::linear_forward(TensorRef out_ref, TensorRef in_ref, TensorRef w_ref, const float* b, int64_t N,
                             int64_t Dout, int64_t Din) {
-  const bool low = in_ref.dtype == DType::BF16;
+  const bool low = in_ref.dtype == DType::BF16;  // native bf16 products; fp16 is widened to fp32
   float* out = out_ref.dtype == DType::F32 ? out_ref.f32() : f32_scratch(size_t(N * Dout));
   float beta = 0.0f;
   if (b) {  // start from the bias so the product accumulates onto it in one pass
@@ -17,8 +17,10 @@ void CpuOps::linear_forward(TensorRef out_ref, TensorRef in_ref, TensorRef w_ref
     beta = 1.0f;
   }
   if (low) gemm_bf16(false, true, N, Dout, Din, 1.0f, in_ref.bf16(), Din, w_ref.bf16(), Din, beta, out, Dout);
-  else gemm_f32(false, true, N, Dout, Din, 1.0f, in_ref.f32(), Din, w_ref.f32(), Din, beta, out, Dout);
-  if (out_ref.dtype != DType::F32) convert_to_bf16(out, out_ref.bf16(), size_t(N * Dout));
+  else
+    gemm_f32(false, true, N, Dout, Din, 1.0f, widened(in_ref, size_t(N * Din), 0), Din,
+             widened(w_ref, size_t(Dout * Din), 1), Din, beta, out, Dout);
+  if (out_ref.dtype != DType::F32) store_as(out_ref, out, size_t(N * Dout));
 }
 
 void CpuOps::linear_backward(TensorRef din_ref, float* dw, float* db, TensorRef dout_ref, TensorRef in_ref,
@@ -32,9 +34,15 @@ void CpuOps::linear_backward(TensorRef din_ref, float* dw, float* db, TensorRef 
       gemm_bf16(false, false, N, Din, Dout, 1.0f, dout_low, Dout, w_ref.bf16(), Din, beta, din_ref.f32(), Din);
     gemm_bf16(true, false, Dout, Din, N, 1.0f, dout_low, Dout, in_ref.bf16(), Din, 1.0f, dw, Din);
   } else {
-    if (din_ref.data)
-      gemm_f32(false, false, N, Din, Dout, 1.0f, dout, Dout, w_ref.f32(), Din, beta, din_ref.f32(), Din);
-    gemm_f32(true, false, Dout, Din, N, 1.0f, dout, Dout, in_ref.f32(), Din, 1.0f, dw, Din);
+    const float* g = dout;
+    if (in_ref.dtype == DType::F16) {  // the fp16 copy of dout, widened back: fp16 rounding and overflow
+      uint16_t* half = bf16_scratch(size_t(N * Dout));
+      store_as(TensorRef(half, DType::F16), dout, size_t(N * Dout));
+      g = widened(TensorRef(half, DType::F16), size_t(N * Dout), 2);
+    }
+    const float* w = widened(w_ref, size_t(Dout * Din), 1);
+    if (din_ref.data) gemm_f32(false, false, N, Din, Dout, 1.0f, g, Dout, w, Din, beta, din_ref.f32(), Din);
+    gemm_f32(true, false, Dout, Din, N, 1.0f, g, Dout, widened(in_ref, size_t(N * Din), 0), Din, 1.0f, dw, Din);
   }
   if (db) add_column_sums(db, dout, N, Dout);
 }

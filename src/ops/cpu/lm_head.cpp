@@ -15,8 +15,11 @@ double CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, co
   std::vector<double> losses(size_t(N), 0.0);
   // bf16 mode: h and w are bf16; the logits, softmax and loss stay fp32, and the
   // two backward products take a bf16 copy of the logit gradients.
+  // fp16 mode widens h and w to fp32 (this CPU has no fp16 products) and keeps the logit gradients fp32.
   const bool low = h_ref.dtype == DType::BF16;
   uint16_t* dlogits_low = low && dh ? bf16_scratch(size_t(chunk_rows * V)) : nullptr;
+  const float* h = low ? nullptr : widened(h_ref, size_t(N * D), 0);
+  const float* w = low ? nullptr : widened(w_ref, size_t(V * D), 1);
   for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
     const int64_t R = std::min(chunk_rows, N - r0);
     float* logits = scratch;
@@ -24,7 +27,7 @@ double CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, co
     for (int64_t r = 0; r < R; ++r)
       for (int64_t v = 0; v < V; ++v) logits[r * V + v] = b[v];
     if (low) gemm_bf16(false, true, R, V, D, 1.0f, h_ref.bf16() + r0 * D, D, w_ref.bf16(), D, 1.0f, logits, V);
-    else gemm_f32(false, true, R, V, D, 1.0f, h_ref.f32() + r0 * D, D, w_ref.f32(), D, 1.0f, logits, V);
+    else gemm_f32(false, true, R, V, D, 1.0f, h + r0 * D, D, w, D, 1.0f, logits, V);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < R; ++r) {
       float* row = logits + r * V;
@@ -47,8 +50,8 @@ double CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, co
       gemm_bf16(false, false, R, D, V, 1.0f, dlogits_low, V, w_ref.bf16(), D, 0.0f, dh + r0 * D, D);
       gemm_bf16(true, false, V, D, R, 1.0f, dlogits_low, V, h_ref.bf16() + r0 * D, D, 1.0f, dw, D);
     } else {
-      gemm_f32(false, false, R, D, V, 1.0f, logits, V, w_ref.f32(), D, 0.0f, dh + r0 * D, D);  // dh = dlogits·w
-      gemm_f32(true, false, V, D, R, 1.0f, logits, V, h_ref.f32() + r0 * D, D, 1.0f, dw, D);   // dw += dlogitsᵀ·h
+      gemm_f32(false, false, R, D, V, 1.0f, logits, V, w, D, 0.0f, dh + r0 * D, D);  // dh = dlogits·w
+      gemm_f32(true, false, V, D, R, 1.0f, logits, V, h + r0 * D, D, 1.0f, dw, D);   // dw += dlogitsᵀ·h
     }
     add_column_sums(db, logits, R, V);
   }

@@ -34,6 +34,29 @@ void from_bf16(const uint16_t* in, float* out, int64_t n) {
   }
 }
 
+#ifdef __AVX512F__
+void to_f16(const float* in, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) out[i] = float_to_f16(in[i]);
+}
+void from_f16(const uint16_t* in, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))));
+  for (; i < n; ++i) out[i] = f16_to_float(in[i]);
+}
+#else
+void to_f16(const float* in, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = float_to_f16(in[i]);
+}
+void from_f16(const uint16_t* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = f16_to_float(in[i]);
+}
+#endif
+
 #if defined(__AVX512BF16__) && defined(__AVX512VL__)
 void to_bf16(const float* in, uint16_t* out, int64_t n) {
   int64_t i = 0;

@@ -22,6 +22,9 @@ double exp_shift_sum_reference(float* x, int64_t n, float shift);
 void to_bf16(const float* in, uint16_t* out, int64_t n);
 void from_bf16(const uint16_t* in, float* out, int64_t n);
 void to_bf16_reference(const float* in, uint16_t* out, int64_t n);
+// fp32 <-> IEEE fp16 (F16C instructions where the build has them).
+void to_f16(const float* in, uint16_t* out, int64_t n);
+void from_f16(const uint16_t* in, float* out, int64_t n);
 
 // exp of 16 floats with AVX-512 (about 1 ulp over the float range; 0 below
 // about -103, inf above about 88.7), exposed for tests.
