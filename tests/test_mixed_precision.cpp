@@ -109,22 +109,31 @@ TEST(MixedPrecision, Bf16StoresTheMatrixInputsInHalfTheRoom) {
   EXPECT_LT(a16.bytes(), a32.bytes());
 }
 
-TEST(MixedPrecision, ResumesInBf16AndSwitchesPrecisionOnResume) {
-  const std::string data = learnable_corpus();
-  Config c = tiny_config(data, "bf16");
+// Runs 6 steps whole and as 3 + 3 with a resume; the resumed losses must be
+// bit-identical. Returns the run directory of the resumed run.
+std::string check_resume(const std::string& data, const std::string& precision, int64_t loss_scale_window) {
+  Config c = tiny_config(data, precision);
   c.train.steps = 6;
   c.train.checkpoint_every = 3;
-  TrainerOptions whole{fresh_dir("whole"), false, true};
+  c.train.loss_scale_window = loss_scale_window;
+  TrainerOptions whole{fresh_dir("whole" + precision), false, true};
   Trainer full(c, whole);
   full.run();
-  TrainerOptions parts{fresh_dir("parts"), false, true};
+  TrainerOptions parts{fresh_dir("parts" + precision), false, true};
   Config first = c;
   first.train.steps = 3;
   Trainer(first, parts).run();
   parts.resume = true;
   Trainer rest(c, parts);
   rest.run();
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest.step_losses()[i], full.step_losses()[3 + i]);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest.step_losses()[i], full.step_losses()[3 + i]) << precision;
+  EXPECT_EQ(rest.state().scaler.scale, full.state().scaler.scale) << precision;
+  return parts.run_dir;
+}
+
+TEST(MixedPrecision, ResumesInBf16AndSwitchesPrecisionOnResume) {
+  const std::string data = learnable_corpus();
+  TrainerOptions parts{check_resume(data, "bf16", 2000), true, true};
   // The same run continues in fp32: precision is a training setting, not part of the model.
   Config more = tiny_config(data, "fp32");
   more.train.steps = 8;
@@ -199,23 +208,8 @@ TEST(MixedPrecision, ForcedOverflowsAreSkippedAndNeverReachTheWeights) {
 }
 
 TEST(MixedPrecision, Fp16ResumesBitForBitWithItsLossScale) {
-  const std::string data = learnable_corpus();
-  Config c = tiny_config(data, "fp16");
-  c.train.steps = 6;
-  c.train.checkpoint_every = 3;
-  c.train.loss_scale_window = 2;  // the scale changes within the run, so it must be restored
-  TrainerOptions whole{fresh_dir("whole16"), false, true};
-  Trainer full(c, whole);
-  full.run();
-  TrainerOptions parts{fresh_dir("parts16"), false, true};
-  Config first = c;
-  first.train.steps = 3;
-  Trainer(first, parts).run();
-  parts.resume = true;
-  Trainer rest(c, parts);
-  rest.run();
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest.step_losses()[i], full.step_losses()[3 + i]);
-  EXPECT_EQ(rest.state().scaler.scale, full.state().scaler.scale);
+  // A window of 2 changes the scale within the run, so it must be restored.
+  check_resume(learnable_corpus(), "fp16", 2);
 }
 
 }  // namespace
