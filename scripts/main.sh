@@ -19,6 +19,7 @@ ckpt=$(ls "$RUN"/checkpoints/step-*.ckpt | tail -n 1)
 codes=$(python3 -c "import json,sys; print(' '.join(c['name'] for c in json.load(open(sys.argv[1]))['codes']))" "$DATA/manifest.json")
 for code in $codes; do
   echo "=== $code"
-  build/ctrl generate --model "$ckpt" --control "$code" --max-tokens 80
+  # A few-minute `tiny` model repeats itself under CTRL's near-greedy setting, so sample instead.
+  build/ctrl generate --model "$ckpt" --control "$code" --max-tokens 80 --temperature 0.8 --top-k 40 --seed 1
 done
 echo "loss curve: $RUN/loss.svg, metrics: $RUN/metrics.jsonl"
