@@ -1,42 +1,20 @@
 // WikiExtractor output: --json lines and <doc> blocks, plain and bz2 (tests/data/corpus, written by hand).
-#include <bzlib.h>
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "core/file_io.h"
 #include "corpus/input.h"
 #include "corpus/sources.h"
+#include "corpus_test_support.h"
 
 namespace {
 
-const std::string kData = CTRL_SOURCE_DIR "/tests/data/corpus";
+using corpus_test::bz2;
+using corpus_test::Collected;
+using corpus_test::kData;
+using corpus_test::read_path;
 
-struct Collected {
-  std::vector<ctrl::Document> docs;
-  ctrl::ReadStats stats;
-};
-
-Collected read_path(const std::string& path, const std::string& code = "Web") {
-  Collected c;
-  ctrl::ReaderOptions options;
-  options.max_warnings_printed = 0;
-  c.stats = ctrl::read_source({code, path}, options, [&](ctrl::Document&& d) { c.docs.push_back(std::move(d)); });
-  return c;
-}
-
-std::string bz2(const std::string& data) {
-  unsigned int size = static_cast<unsigned int>(data.size() + data.size() / 50 + 1024);
-  std::string out(size, '\0');
-  BZ2_bzBuffToBuffCompress(out.data(), &size, const_cast<char*>(data.data()), static_cast<unsigned>(data.size()), 9, 0, 0);
-  out.resize(size);
-  return out;
-}
-
-std::string temp_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/corpus_wikiextractor_" + name;
-  ctrl::make_directories(dir);
-  return dir;
-}
+std::string temp_dir(const std::string& name) { return corpus_test::temp_dir("corpus_wikiextractor", name); }
 
 TEST(CorpusWikiExtractor, WikiExtractorJsonAndDocFormatsPlainAndBz2) {
   const Collected json = read_path(kData + "/wikiextractor.json", "Wikipedia");
