@@ -14,7 +14,8 @@ packages=(
   libbz2-dev libexpat1-dev zlib1g-dev libicu-dev libzip-dev libxml2-dev
   libopenmpi-dev openmpi-bin        # data-parallel training
   clang libclang-rt-14-dev          # libFuzzer targets
-  dpkg-dev                          # dpkg-deb for the built-in corpus
+  dpkg-dev groff-base               # the built-in corpus: dpkg-deb, man pages rendered by groff
+  bzip2 python3                     # fuzz seeds (bzcat), scripts/main.sh reads the manifest
 )
 missing=()
 for p in "${packages[@]}"; do
