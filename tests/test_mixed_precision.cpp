@@ -11,17 +11,14 @@
 #include "core/file_io.h"
 #include "model/model.h"
 #include "train/loss_scaler.h"
+#include "test_support.h"
 #include "train/trainer.h"
 
 using namespace ctrl;
 
 namespace {
 
-std::string fresh_dir(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() / ("ctrl_mp_" + name + "_" + std::to_string(getpid()));
-  std::filesystem::remove_all(p);
-  return p.string();
-}
+std::string fresh_dir(const std::string& name) { return test_support::fresh_dir("ctrl_mp", name); }
 
 // A corpus a model can learn: each code's stream repeats a fixed 37-token phrase.
 std::string learnable_corpus() {

@@ -6,17 +6,14 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "test_support.h"
 #include "train/trainer.h"
 
 using namespace ctrl;
 
 namespace {
 
-std::string fresh_dir(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() / ("ctrl_trainer_" + name + "_" + std::to_string(getpid()));
-  std::filesystem::remove_all(p);
-  return p.string();
-}
+std::string fresh_dir(const std::string& name) { return test_support::fresh_dir("ctrl_trainer", name); }
 
 Config small_config(int64_t steps) {
   Config c = load_config("tiny");

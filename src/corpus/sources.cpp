@@ -146,27 +146,15 @@ void read_file_of_kind(const std::string& path, SourceKind kind, ReadContext& co
     while (size_t n = stream->read(buffer.data(), buffer.size())) bytes.append(buffer.data(), n);
     return bytes;
   };
+  auto streamed = [&](auto reader) {  // readers that consume the (decompressed) byte stream
+    auto stream = open_byte_stream(path, context.warnings);
+    reader(*stream, path, context);
+  };
   switch (kind) {
-    case SourceKind::kWikipediaXml: {
-      auto stream = open_byte_stream(path, context.warnings);
-      read_wikipedia_xml(*stream, path, context);
-      break;
-    }
-    case SourceKind::kWikiExtractorJson: {
-      auto stream = open_byte_stream(path, context.warnings);
-      read_wikiextractor_json(*stream, path, context);
-      break;
-    }
-    case SourceKind::kWikiExtractorDoc: {
-      auto stream = open_byte_stream(path, context.warnings);
-      read_wikiextractor_doc(*stream, path, context);
-      break;
-    }
-    case SourceKind::kJsonLines: {
-      auto stream = open_byte_stream(path, context.warnings);
-      read_json_lines(*stream, path, context);
-      break;
-    }
+    case SourceKind::kWikipediaXml: return streamed(read_wikipedia_xml);
+    case SourceKind::kWikiExtractorJson: return streamed(read_wikiextractor_json);
+    case SourceKind::kWikiExtractorDoc: return streamed(read_wikiextractor_doc);
+    case SourceKind::kJsonLines: return streamed(read_json_lines);
     case SourceKind::kAozoraZip: read_aozora_zip(path, context); break;
     case SourceKind::kAozoraText: read_aozora_bytes(whole(), path, context); break;
     case SourceKind::kPlainText: read_plain_text(whole(), path, context); break;

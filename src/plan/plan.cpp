@@ -32,19 +32,19 @@ Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uin
   const ActivationLayout acts =
       make_activation_layout(config.model, micro_batch, activation_dtype(config.train.precision));
   const uint64_t p = uint64_t(params.total);
-  activation_bytes_per_element(config.train.precision);  // validates the name
-  const uint64_t act = 4;  // the layout counts 4-byte units; 16-bit slots already take half
+  const uint64_t low_bytes = uint64_t(activation_bytes_per_element(config.train.precision));
   // ZeRO-1 (train/trainer.cpp): shards of ceil(total / N), buffers padded to N shards.
   const uint64_t shard = (p + uint64_t(zero_ranks) - 1) / uint64_t(zero_ranks);
   const uint64_t padded = zero_ranks > 1 ? shard * uint64_t(zero_ranks) : p;
   Memory m;
   m.weights = padded * 4;
-  m.weights_lowp = config.train.precision == "fp32" ? 0 : p * 2;
+  m.weights_lowp = low_bytes == 4 ? 0 : p * low_bytes;  // the engine's 16-bit weight copy
   m.grads = padded * 4;
   m.optimizer = uint64_t(optimizer_state_copies(config.train.optimizer)) * shard * 4;
   m.grad_shard = zero_ranks > 1 ? shard * 4 : 0;
-  m.activations = uint64_t(acts.saved) * act;
-  m.workspace = uint64_t(acts.scratch) * act;
+  // The layout counts 4-byte units; its 16-bit slots already take half of one each.
+  m.activations = uint64_t(acts.saved) * 4;
+  m.workspace = uint64_t(acts.scratch) * 4;
   m.overhead = overhead;
   return m;
 }
