@@ -53,6 +53,8 @@ class CpuOps final : public Ops {
   std::vector<float> f32_scratch_;        // fp32 results bound for bf16 outputs
   std::vector<uint16_t> bf16_scratch_;    // bf16 copies of fp32 gradients for bf16 products
   std::vector<float> widened_[3];        // fp32 copies of fp16 operands
+  std::vector<float> head_dh_partial_;   // lm_head_loss: per thread, its vocabulary blocks' share of dh
+  std::vector<uint16_t> head_dlogits_;   // lm_head_loss: per thread, one block's bf16 logit gradients
   float* f32_scratch(size_t n);
   uint16_t* bf16_scratch(size_t n);
   // The tensor as fp32: itself, or its n 16-bit elements widened into scratch `slot`.

@@ -21,9 +21,11 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <shared_mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
+#include "core/safetensors.h"
 
 namespace ctrl::cpu {
 namespace {
@@ -43,13 +45,14 @@ struct Key {
   int64_t M, N, K, lda, ldb, ldc;
   float alpha, beta;
   int threads;
-  auto tie() const { return std::tie(bf16, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, threads); }
+  bool bias = false, c_bf16 = false;  // a bias row added to C; C stored as bf16
+  auto tie() const { return std::tie(bf16, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, threads, bias, c_bf16); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
 struct Entry {
   dnnl::matmul prim;  // empty when oneDNN has no implementation (bf16 fallback)
-  md a, b, c;
+  md a, b, c, bias;
   size_t scratch_bytes = 0;
 };
 
@@ -58,7 +61,8 @@ void describe(const Key& k, Entry& e) {
   const auto dtype = k.bf16 ? dt::bf16 : dt::f32;
   e.a = md({k.M, k.K}, dtype, k.ta ? dims{1, k.lda} : dims{k.lda, 1});
   e.b = md({k.K, k.N}, dtype, k.tb ? dims{1, k.ldb} : dims{k.ldb, 1});
-  e.c = md({k.M, k.N}, dt::f32, dims{k.ldc, 1});
+  e.c = md({k.M, k.N}, k.c_bf16 ? dt::bf16 : dt::f32, dims{k.ldc, 1});
+  if (k.bias) e.bias = md({1, k.N}, dt::f32, dims{k.N, 1});
 }
 
 std::shared_ptr<const Entry> create(const Key& k) {
@@ -77,7 +81,8 @@ std::shared_ptr<const Entry> create(const Key& k) {
   const int saved = omp_get_max_threads();
   omp_set_num_threads(k.threads);
   try {
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->a, e->b, e->c), attr, engine());
+    const auto desc = k.bias ? dnnl::matmul::desc(e->a, e->b, e->bias, e->c) : dnnl::matmul::desc(e->a, e->b, e->c);
+    dnnl::matmul::primitive_desc pd(desc, attr, engine());
     e->prim = dnnl::matmul(pd);
     e->scratch_bytes = pd.scratchpad_desc().get_size();
   } catch (const dnnl::error&) {
@@ -122,7 +127,7 @@ void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
 }
 
 // Runs the cached primitive; returns false when there is none (bf16 fallback).
-bool run(const Key& k, const void* A, const void* B, float* C) {
+bool run(const Key& k, const void* A, const void* B, void* C, const float* bias = nullptr) {
   auto e = lookup(k);
   if (!e->prim) return false;
   thread_local dnnl::stream strm(engine());
@@ -133,8 +138,10 @@ bool run(const Key& k, const void* A, const void* B, float* C) {
   dnnl::memory mc(e->c, eng, C);
   dnnl::memory ms(md({static_cast<int64_t>(e->scratch_bytes)}, dt::u8, dnnl::memory::format_tag::a),
                   eng, scratch.data());
-  e->prim.execute(strm, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
-                         {DNNL_ARG_SCRATCHPAD, ms}});
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
+  if (k.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(e->bias, eng, const_cast<float*>(bias)));
+  e->prim.execute(strm, args);
   strm.wait();
   return true;
 }
@@ -199,6 +206,24 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   const auto a = widen(A, ta ? K : M, ta ? M : K, lda);
   const auto b = widen(B, tb ? N : K, tb ? K : N, ldb);
   gemm_f32(ta, tb, M, N, K, alpha, a.data(), ta ? M : K, b.data(), tb ? K : N, beta, C, ldc);
+}
+
+void gemm_bf16_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                    const uint16_t* B, int64_t ldb, const float* bias, void* C, bool c_bf16, int64_t ldc) {
+  check_args(ta, tb, M, N, K, lda, ldb, ldc);
+  if (M == 0 || N == 0) return;
+  Key k{true, ta, tb, M, N, K, lda, ldb, ldc, 1.0f, 0.0f, current_threads()};
+  k.bias = bias != nullptr, k.c_bf16 = c_bf16;
+  if (K > 0 && run(k, A, B, C, bias)) return;
+  // No bf16 kernel (or nothing to reduce): the product in fp32, then bias and rounding.
+  std::vector<float> out(size_t(M * N));
+  gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, out.data(), N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      const float v = out[size_t(i * N + j)] + (bias ? bias[j] : 0.0f);
+      if (c_bf16) static_cast<uint16_t*>(C)[i * ldc + j] = float_to_bf16(v);
+      else static_cast<float*>(C)[i * ldc + j] = v;
+    }
 }
 
 void gemm_f32_reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,

@@ -28,6 +28,14 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta,
                float* C, int64_t ldc);
 
+// C[M,N] = op(A) * op(B) + bias (a row of N fp32 values added to every row;
+// bias may be null), with bf16 inputs and fp32 accumulation; C is stored as
+// bf16 (rounded to nearest even) when c_bf16, else as fp32. One pass over C:
+// the bias and the rounding happen inside the product's kernel.
+void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                    int64_t lda, const uint16_t* B, int64_t ldb, const float* bias, void* C, bool c_bf16,
+                    int64_t ldc);
+
 // Plain triple-loop references with double accumulation, for tests. Slow.
 void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                         const float* A, int64_t lda, const float* B, int64_t ldb, float beta,

@@ -7,7 +7,12 @@ namespace ctrl::cpu {
 
 void CpuOps::linear_forward(TensorRef out_ref, TensorRef in_ref, TensorRef w_ref, const float* b, int64_t N,
                             int64_t Dout, int64_t Din) {
-  const bool low = in_ref.dtype == DType::BF16;  // native bf16 products; fp16 is widened to fp32
+  if (in_ref.dtype == DType::BF16 && out_ref.dtype != DType::F16) {  // native bf16 products, bias fused
+    gemm_bf16_bias(false, true, N, Dout, Din, in_ref.bf16(), Din, w_ref.bf16(), Din, b, out_ref.data,
+                   out_ref.dtype == DType::BF16, Dout);
+    return;
+  }
+  // fp32, and fp16 widened to fp32 (this CPU has no fp16 products).
   float* out = out_ref.dtype == DType::F32 ? out_ref.f32() : f32_scratch(size_t(N * Dout));
   float beta = 0.0f;
   if (b) {  // start from the bias so the product accumulates onto it in one pass
@@ -16,10 +21,8 @@ void CpuOps::linear_forward(TensorRef out_ref, TensorRef in_ref, TensorRef w_ref
       for (int64_t c = 0; c < Dout; ++c) out[r * Dout + c] = b[c];
     beta = 1.0f;
   }
-  if (low) gemm_bf16(false, true, N, Dout, Din, 1.0f, in_ref.bf16(), Din, w_ref.bf16(), Din, beta, out, Dout);
-  else
-    gemm_f32(false, true, N, Dout, Din, 1.0f, widened(in_ref, size_t(N * Din), 0), Din,
-             widened(w_ref, size_t(Dout * Din), 1), Din, beta, out, Dout);
+  gemm_f32(false, true, N, Dout, Din, 1.0f, widened(in_ref, size_t(N * Din), 0), Din, widened(w_ref, size_t(Dout * Din), 1),
+           Din, beta, out, Dout);
   if (out_ref.dtype != DType::F32) store_as(out_ref, out, size_t(N * Dout));
 }
 
