@@ -147,6 +147,39 @@ TEST(Gemm, TrainingShapesMatchReference) {
   }
 }
 
+// The fused bias and bf16 output: C = op(A)·op(B) + bias, stored as fp32 or
+// rounded once to bf16, against the reference plus the bias.
+TEST(Gemm, Bf16WithBiasAndBf16OutputMatchesReference) {
+  const int64_t M = 70, N = 45, K = 33;
+  for (bool tb : {false, true})
+    for (bool with_bias : {false, true})
+      for (bool c_bf16 : {false, true}) {
+        const auto a = to_bf16(random_floats(M * K, 21)), b = to_bf16(random_floats(K * N, 22));
+        const auto bias = random_floats(N, 23);
+        std::vector<float> want(M * N), bound(M * N);
+        gemm_bf16_reference(false, tb, M, N, K, 1.f, a.data(), K, b.data(), tb ? K : N, 0.f, want.data(), N);
+        const auto aa = abs_of(a), ab = abs_of(b);
+        gemm_bf16_reference(false, tb, M, N, K, 1.f, aa.data(), K, ab.data(), tb ? K : N, 0.f, bound.data(), N);
+        std::vector<float> got32(M * N, std::numeric_limits<float>::quiet_NaN());
+        std::vector<uint16_t> got16(M * N, 0xffff);
+        void* out = c_bf16 ? static_cast<void*>(got16.data()) : static_cast<void*>(got32.data());
+        gemm_bf16_bias(false, tb, M, N, K, a.data(), K, b.data(), tb ? K : N, with_bias ? bias.data() : nullptr, out,
+                       c_bf16, N);
+        for (int64_t i = 0; i < M * N; ++i) {
+          const float expected = want[i] + (with_bias ? bias[i % N] : 0.f);
+          float got = got32[i];
+          if (c_bf16) {
+            const uint32_t u = uint32_t(got16[i]) << 16;
+            std::memcpy(&got, &u, 4);
+          }
+          // fp32 accumulation error, plus half a bf16 ulp when the output is rounded.
+          const float tol = 2.f * (K + 2) * std::numeric_limits<float>::epsilon() * (bound[i] + 1.f) +
+                            (c_bf16 ? std::fabs(expected) / 256.f : 0.f) + 1e-30f;
+          ASSERT_NEAR(got, expected, tol) << "tb=" << tb << " bias=" << with_bias << " bf16 out=" << c_bf16 << " at " << i;
+        }
+      }
+}
+
 TEST(Gemm, BetaZeroOverwritesNaN) {
   const int64_t M = 9, N = 11, K = 5;
   const auto a = random_floats(M * K, 1), b = random_floats(K * N, 2);

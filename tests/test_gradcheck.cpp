@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "core/safetensors.h"
 #include "model/model.h"
 #include "ops/ops.h"
 
@@ -395,6 +396,67 @@ TEST(GradCheck, LmHeadLossWithIgnoredTargetsAndGradScale) {
   EXPECT_NEAR(total_all, total, 1e-6);
   EXPECT_LT(max_abs_diff(dh_all.data(), dh.data(), dh.size()), 1e-6);
   EXPECT_LT(max_abs_diff(dw_all.data(), dw_added.data(), dw.size()), 1e-5);
+}
+
+// The head splits the vocabulary into blocks of 2048 per thread; with V = 5000
+// (two full blocks and a partial one) and chunks of 16 rows, fp32 and bf16
+// (inputs rounded to bf16, logit gradients rounded before the products) match
+// a double-precision reference of loss, dh, dw and db.
+TEST(GradCheck, LmHeadAcrossVocabularyBlocksMatchesDoubleReference) {
+  auto ops = make_cpu_ops();
+  const int64_t N = 37, D = 24, V = 5000, chunk = 16;
+  const float grad_scale = 0.5f;
+  std::vector<int32_t> targets(N);
+  for (int64_t r = 0; r < N; ++r) targets[r] = r % 9 == 4 ? -1 : int32_t((r * 977) % V);
+  for (bool bf16 : {false, true}) {
+    auto h = randn(N * D, 11), w = randn(V * D, 12, 0.3), b = randn(V, 13, 0.5);
+    std::vector<uint16_t> h16(h.size()), w16(w.size());
+    if (bf16) {
+      for (size_t i = 0; i < h.size(); ++i) h[i] = bf16_to_float(h16[i] = float_to_bf16(h[i]));
+      for (size_t i = 0; i < w.size(); ++i) w[i] = bf16_to_float(w16[i] = float_to_bf16(w[i]));
+    }
+    // Reference in double.
+    std::vector<double> dh_ref(N * D, 0.0), dw_ref(V * D, 0.0), db_ref(V, 0.0);
+    double loss_ref = 0;
+    for (int64_t r = 0; r < N; ++r) {
+      if (targets[r] < 0) continue;
+      std::vector<double> p(V);
+      double mx = -1e300, z = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        p[v] = b[v];
+        for (int64_t c = 0; c < D; ++c) p[v] += double(h[r * D + c]) * w[v * D + c];
+        mx = std::max(mx, p[v]);
+      }
+      for (int64_t v = 0; v < V; ++v) z += std::exp(p[v] - mx);
+      loss_ref += mx + std::log(z) - p[targets[r]];
+      for (int64_t v = 0; v < V; ++v) {
+        const double g = grad_scale * (std::exp(p[v] - mx) / z - (v == targets[r] ? 1.0 : 0.0));
+        db_ref[v] += g;
+        for (int64_t c = 0; c < D; ++c) {
+          dh_ref[r * D + c] += g * w[v * D + c];
+          dw_ref[v * D + c] += g * h[r * D + c];
+        }
+      }
+    }
+    std::vector<float> scratch(chunk * V), dh(N * D), dw(V * D, 0.0f), db(V, 0.0f);
+    const TensorRef h_ref = bf16 ? TensorRef(h16.data(), DType::BF16) : TensorRef(h.data());
+    const TensorRef w_ref = bf16 ? TensorRef(w16.data(), DType::BF16) : TensorRef(w.data());
+    const double loss = ops->lm_head_loss(h_ref, w_ref, b.data(), targets.data(), N, D, V, grad_scale, dh.data(),
+                                          dw.data(), db.data(), nullptr, scratch.data(), chunk);
+    EXPECT_NEAR(loss, loss_ref, 1e-4 * loss_ref) << (bf16 ? "bf16" : "fp32");
+    // Gradient error relative to each gradient's largest element: fp32 rounding,
+    // or the bf16 rounding of the logit gradients (2^-9 relative each).
+    const double rel = bf16 ? 1e-2 : 1e-4;
+    auto check = [&](const std::vector<float>& got, const std::vector<double>& want, const char* what) {
+      double scale = 0, err = 0;
+      for (size_t i = 0; i < want.size(); ++i)
+        scale = std::max(scale, std::abs(want[i])), err = std::max(err, std::abs(got[i] - want[i]));
+      EXPECT_LT(err, rel * scale) << what << (bf16 ? " bf16" : " fp32") << " scale " << scale;
+    };
+    check(dh, dh_ref, "dh");
+    check(dw, dw_ref, "dw");
+    check(db, db_ref, "db");
+  }
 }
 
 // ---- The whole model --------------------------------------------------------
