@@ -105,6 +105,7 @@ DType activation_dtype(const std::string& precision) {
 ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType low) {
   ActivationLayout a;
   a.dtype = low;
+  a.inner = low == DType::BF16 ? DType::BF16 : DType::F32;
   a.B = B;
   a.T = c.n_ctx;
   const size_t N = size_t(B) * size_t(c.n_ctx), D = size_t(c.d_model), F = size_t(c.d_ff);
@@ -119,6 +120,7 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
     return o;
   };
   auto take_low = [&](size_t n) { return take((n * dtype_size(low) + 3) / 4); };
+  auto take_inner = [&](size_t n) { return take((n * dtype_size(a.inner) + 3) / 4); };
   // Everything of one layer but its input, at fresh offsets (skipping the
   // outputs that "cheap" recomputes into shared scratch).
   auto take_layer_body = [&](ActivationLayout::Layer& L, bool keep_recomputable) {
@@ -126,7 +128,7 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
     L.ln1_rstd = take(N);
     if (keep_recomputable) L.ln1_out = take_low(N * D);
     L.qkv = take_low(N * 3 * D);
-    L.probs = take(probs);
+    L.probs = take_inner(probs);
     L.att = take_low(N * D);
     L.x_mid = take(N * D);
     L.ln2_mean = take(N);
@@ -164,9 +166,9 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
   a.d_x = take(N * D);
   a.d_x2 = take(N * D);
   a.d_ln = take(N * D);
-  a.d_qkv = take(N * 3 * D);
-  a.d_att = take(N * D);
-  a.d_ffn = take(N * F);
+  a.d_qkv = take_inner(N * 3 * D);
+  a.d_att = take_inner(N * D);
+  a.d_ffn = take_inner(N * F);
   if (factorized) a.d_emb = take(N * E);
   // The fused head works on row chunks so the [N, V] logits never exist whole.
   a.logits_rows = std::min<int64_t>(int64_t(N), 256);

@@ -68,6 +68,7 @@ struct ActivationLayout {
   };
   int64_t B = 0, T = 0;
   DType dtype = DType::F32;  // the type of the low-precision slots (see make_activation_layout)
+  DType inner = DType::F32;  // the saved softmax and d_qkv, d_att, d_ffn: BF16 under bf16, else F32
   std::vector<Layer> layers;
   size_t x_out = 0, lnf_mean = 0, lnf_rstd = 0, lnf_out = 0;  // after the last layer
   // Factorized embedding only (E > 0, else 0): the E-wide embedding (input of
@@ -86,8 +87,11 @@ struct ActivationLayout {
 
 // `low` is the element type of the activations that feed matrix products
 // (LayerNorm outputs, Q/K/V, attention output, ReLU output, head input): BF16
-// under mixed precision, else F32. The residual stream, LayerNorm statistics,
-// softmax, gradients and the logits chunk stay fp32. Offsets and totals count
+// or F16 under mixed precision, else F32. Under bf16 the saved softmax
+// (computed in fp32) and the gradients that feed or leave bf16 products inside
+// a layer (d_qkv, d_att, d_ffn) are bf16 too; fp16 keeps those fp32, as its
+// products are emulated in fp32 on the CPU. The residual stream, its gradient,
+// LayerNorm statistics and the logits chunk stay fp32. Offsets and totals count
 // 4-byte units, so a 16-bit slot takes half the room.
 ActivationLayout make_activation_layout(const ModelConfig& config, int64_t micro_batch, DType low = DType::F32);
 // The activation type of a precision name ("fp32" -> F32, "bf16" -> BF16).

@@ -100,7 +100,7 @@ void Model::layer_forward(int l, int64_t B, int64_t T, bool training, uint64_t s
   ops_.layernorm_forward(low(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), act(L.x_in), P + W.ln1_w, P + W.ln1_b, N, D,
                          1e-6f);
   ops_.linear_forward(low(L.qkv), low(L.ln1_out), weight(W.wqkv), P + W.bqkv, N, 3 * D, D);
-  ops_.attention_forward(low(L.att), act(L.probs), low(L.qkv), B, T, D, H);
+  ops_.attention_forward(low(L.att), inner(L.probs), low(L.qkv), B, T, D, H);
   ops_.linear_forward(branch, low(L.att), weight(W.wdense), P + W.bdense, N, D, D);
   ops_.residual_add(act(L.x_mid), act(L.x_in), branch, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
   ops_.layernorm_forward(low(L.ln2_out), act(L.ln2_mean), act(L.ln2_rstd), act(L.x_mid), P + W.ln2_w, P + W.ln2_b, N, D,
@@ -144,9 +144,9 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
     }
     // x_out = x_mid + dropout(ffn(ln2(x_mid)))
     float* d_ffn_out = branch_gradient(d_x, d_br, ND, dropout(config_.resid_pdrop, training, seed, 2 + 2 * l));
-    ops_.linear_backward(act(A.d_ffn), G + W.w2, G + W.b2, d_ffn_out, low(L.ffn_h), weight(W.w2), N, D, F, false);
-    ops_.relu_backward(act(A.d_ffn), low(L.ffn_h), size_t(N * F));
-    ops_.linear_backward(d_ln, G + W.w0, G + W.b0, act(A.d_ffn), low(L.ln2_out), weight(W.w0), N, F, D, false);
+    ops_.linear_backward(inner(A.d_ffn), G + W.w2, G + W.b2, d_ffn_out, low(L.ffn_h), weight(W.w2), N, D, F, false);
+    ops_.relu_backward(inner(A.d_ffn), low(L.ffn_h), size_t(N * F));
+    ops_.linear_backward(d_ln, G + W.w0, G + W.b0, inner(A.d_ffn), low(L.ln2_out), weight(W.w0), N, F, D, false);
     ops_.layernorm_backward(d_x, G + W.ln2_w, G + W.ln2_b, d_ln, act(L.x_mid), act(L.ln2_mean), act(L.ln2_rstd),
                             P + W.ln2_w, N, D);
     // x_mid = x_in + dropout(dense(attention(qkv(ln1(x_in)))))
@@ -154,9 +154,11 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
       ops_.layernorm_forward(low(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), act(L.x_in), P + W.ln1_w, P + W.ln1_b, N,
                              D, 1e-6f);
     float* d_att_out = branch_gradient(d_x, d_br, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
-    ops_.linear_backward(act(A.d_att), G + W.wdense, G + W.bdense, d_att_out, low(L.att), weight(W.wdense), N, D, D, false);
-    ops_.attention_backward(act(A.d_qkv), act(A.d_att), low(L.qkv), act(L.probs), B, T, D, H);
-    ops_.linear_backward(d_ln, G + W.wqkv, G + W.bqkv, act(A.d_qkv), low(L.ln1_out), weight(W.wqkv), N, 3 * D, D, false);
+    ops_.linear_backward(inner(A.d_att), G + W.wdense, G + W.bdense, d_att_out, low(L.att), weight(W.wdense), N, D, D,
+                         false);
+    ops_.attention_backward(inner(A.d_qkv), inner(A.d_att), low(L.qkv), inner(L.probs), B, T, D, H);
+    ops_.linear_backward(d_ln, G + W.wqkv, G + W.bqkv, inner(A.d_qkv), low(L.ln1_out), weight(W.wqkv), N, 3 * D, D,
+                         false);
     ops_.layernorm_backward(d_x, G + W.ln1_w, G + W.ln1_b, d_ln, act(L.x_in), act(L.ln1_mean), act(L.ln1_rstd),
                             P + W.ln1_w, N, D);
     if (layer_hook_) layer_hook_(l);

@@ -72,9 +72,11 @@ class Ops {
                               int64_t Din) = 0;
   // din[N,Din] = dout · w (overwritten; added when accumulate_din), dw += doutᵀ · in, db += Σ_rows dout.
   // din may be null (no input gradient needed).
-  // Gradients (din, dw, db, dout) are fp32; with 16-bit `in` and `w` both
-  // products take a 16-bit copy of dout (in fp16 it can overflow to inf,
-  // which loss scaling detects).
+  // dw and db are fp32. With bf16 `in` and `w`, dout may be bf16 (used as is)
+  // or fp32 (rounded to bf16 for both products), and din may be bf16 (then
+  // not accumulated). Otherwise din and dout are fp32; with fp16 `in` and `w`
+  // the products take an fp16 copy of dout (it can overflow to inf, which loss
+  // scaling detects).
   virtual void linear_backward(TensorRef din, float* dw, float* db, TensorRef dout, TensorRef in, TensorRef w,
                                int64_t N, int64_t Dout, int64_t Din, bool accumulate_din) = 0;
 
@@ -87,11 +89,11 @@ class Ops {
 
   // Causal multi-head attention. qkv[B,T,3D] holds q | k | v per row; heads are
   // D/H-wide column blocks. probs[B,H,T,T] saves the softmax (the only T×T
-  // matrix kept per head); out[B,T,D].
-  virtual void attention_forward(TensorRef out, float* probs, TensorRef qkv, int64_t B, int64_t T, int64_t D,
+  // matrix kept per head), computed in fp32 and stored as fp32 or bf16; out[B,T,D].
+  virtual void attention_forward(TensorRef out, TensorRef probs, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                                  int64_t H) = 0;
-  // dqkv[B,T,3D] overwritten.
-  virtual void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, const float* probs, int64_t B,
+  // dqkv[B,T,3D] overwritten; dqkv and dout are fp32, or both bf16.
+  virtual void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef probs, int64_t B,
                                   int64_t T, int64_t D, int64_t H) = 0;
 
   // x[B,T,D] = w[tokens] * scale + sinusoidal position (sin half | cos half).
@@ -109,7 +111,7 @@ class Ops {
                                 int64_t D, int64_t H) = 0;
 
   virtual void relu_forward(TensorRef x, size_t n) = 0;                 // in place
-  virtual void relu_backward(TensorRef dx, TensorRef y, size_t n) = 0;  // dx *= (y > 0)
+  virtual void relu_backward(TensorRef dx, TensorRef y, size_t n) = 0;  // dx *= (y > 0); dx fp32 or bf16
   // x = dropout(x) in place; backward applies the same mask and scale to dx.
   virtual void dropout(TensorRef x, size_t n, const DropoutSpec& spec) = 0;
   // y = x + dropout(b) (y may alias x).

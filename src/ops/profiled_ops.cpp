@@ -39,12 +39,12 @@ class ProfiledOps final : public Ops {
     Timer timer(entries["layernorm_backward"]);
     inner_->layernorm_backward(din, dgamma, dbeta, dout, in, mean, rstd, gamma, N, D);
   }
-  void attention_forward(TensorRef out, float* probs, TensorRef qkv, int64_t B, int64_t T, int64_t D,
+  void attention_forward(TensorRef out, TensorRef probs, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                          int64_t H) override {
     Timer timer(entries["attention_forward"]);
     inner_->attention_forward(out, probs, qkv, B, T, D, H);
   }
-  void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, const float* probs, int64_t B, int64_t T,
+  void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef probs, int64_t B, int64_t T,
                           int64_t D, int64_t H) override {
     Timer timer(entries["attention_backward"]);
     inner_->attention_backward(dqkv, dout, qkv, probs, B, T, D, H);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/safetensors.h"
 #include "ops/cpu/vec_math.h"
 
 namespace ctrl {
@@ -13,18 +14,29 @@ std::unique_ptr<Ops> make_cpu_ops() { return std::make_unique<cpu::CpuOps>(); }
 
 namespace cpu {
 
-void add_column_sums(float* out, const float* x, int64_t rows, int64_t cols) {
-  // Columns are split across threads; each column sums its rows in order.
+namespace {
+// Columns are split across threads; each column sums its rows in order.
+template <typename T, typename Load>
+void column_sums(float* out, const T* x, int64_t rows, int64_t cols, Load load) {
 #pragma omp parallel for schedule(static)
   for (int64_t c0 = 0; c0 < cols; c0 += 64) {
     const int64_t c1 = std::min(cols, c0 + 64);
     float acc[64] = {};
     for (int64_t r = 0; r < rows; ++r) {
-      const float* row = x + r * cols;
-      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += row[c];
+      const T* row = x + r * cols;
+      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += load(row[c]);
     }
     for (int64_t c = c0; c < c1; ++c) out[c] += acc[c - c0];
   }
+}
+}  // namespace
+
+void add_column_sums(float* out, const float* x, int64_t rows, int64_t cols) {
+  column_sums(out, x, rows, cols, [](float v) { return v; });
+}
+
+void add_column_sums(float* out, const uint16_t* x_bf16, int64_t rows, int64_t cols) {
+  column_sums(out, x_bf16, rows, cols, [](uint16_t h) { return bf16_to_float(h); });
 }
 
 void convert_to_bf16(const float* in, uint16_t* out, size_t n) {

@@ -19,9 +19,9 @@ class CpuOps final : public Ops {
                          int64_t N, int64_t D, float eps) override;
   void layernorm_backward(TensorRef din, float* dgamma, float* dbeta, TensorRef dout, TensorRef in, const float* mean,
                           const float* rstd, const float* gamma, int64_t N, int64_t D) override;
-  void attention_forward(TensorRef out, float* probs, TensorRef qkv, int64_t B, int64_t T, int64_t D,
+  void attention_forward(TensorRef out, TensorRef probs, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                          int64_t H) override;
-  void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, const float* probs, int64_t B, int64_t T,
+  void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef probs, int64_t B, int64_t T,
                           int64_t D, int64_t H) override;
   void embedding_forward(TensorRef x, const int32_t* tokens, const float* w, int64_t B, int64_t T, int64_t D,
                          float scale) override;
@@ -64,6 +64,7 @@ class CpuOps final : public Ops {
 // Shared helpers for the op files.
 // Adds row sums of x[rows, cols] into out[cols], deterministically.
 void add_column_sums(float* out, const float* x, int64_t rows, int64_t cols);
+void add_column_sums(float* out, const uint16_t* x_bf16, int64_t rows, int64_t cols);
 // Parallel conversions between fp32 and bf16 buffers.
 void convert_to_bf16(const float* in, uint16_t* out, size_t n);
 void convert_from_bf16(const uint16_t* in, float* out, size_t n);

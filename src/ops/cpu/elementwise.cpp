@@ -21,6 +21,14 @@ void CpuOps::relu_forward(TensorRef x_ref, size_t n) {
 }
 
 void CpuOps::relu_backward(TensorRef dx_ref, TensorRef y_ref, size_t n) {
+  if (dx_ref.dtype == DType::BF16) {
+    CTRL_ASSERT(y_ref.is_16bit());
+    uint16_t* dx = dx_ref.bf16();
+    const uint16_t* y = y_ref.u16();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) dx[i] = (y[i] != 0 && !(y[i] & 0x8000)) ? dx[i] : uint16_t(0);
+    return;
+  }
   float* dx = dx_ref.f32();
   if (y_ref.is_16bit()) {
     const uint16_t* y = y_ref.u16();

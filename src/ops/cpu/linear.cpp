@@ -28,25 +28,38 @@ void CpuOps::linear_forward(TensorRef out_ref, TensorRef in_ref, TensorRef w_ref
 
 void CpuOps::linear_backward(TensorRef din_ref, float* dw, float* db, TensorRef dout_ref, TensorRef in_ref,
                              TensorRef w_ref, int64_t N, int64_t Dout, int64_t Din, bool accumulate_din) {
-  const float* dout = dout_ref.f32();
   const float beta = accumulate_din ? 1.0f : 0.0f;
   if (in_ref.dtype == DType::BF16) {
-    uint16_t* dout_low = bf16_scratch(size_t(N * Dout));
-    convert_to_bf16(dout, dout_low, size_t(N * Dout));
-    if (din_ref.data)
-      gemm_bf16(false, false, N, Din, Dout, 1.0f, dout_low, Dout, w_ref.bf16(), Din, beta, din_ref.f32(), Din);
-    gemm_bf16(true, false, Dout, Din, N, 1.0f, dout_low, Dout, in_ref.bf16(), Din, 1.0f, dw, Din);
-  } else {
-    const float* g = dout;
-    if (in_ref.dtype == DType::F16) {  // the fp16 copy of dout, widened back: fp16 rounding and overflow
-      uint16_t* half = bf16_scratch(size_t(N * Dout));
-      store_as(TensorRef(half, DType::F16), dout, size_t(N * Dout));
-      g = widened(TensorRef(half, DType::F16), size_t(N * Dout), 2);
+    const uint16_t* g = nullptr;  // dout in bf16
+    if (dout_ref.dtype == DType::BF16) {
+      g = dout_ref.bf16();
+      if (db) add_column_sums(db, g, N, Dout);
+    } else {
+      uint16_t* rounded = bf16_scratch(size_t(N * Dout));
+      convert_to_bf16(dout_ref.f32(), rounded, size_t(N * Dout));
+      g = rounded;
+      if (db) add_column_sums(db, dout_ref.f32(), N, Dout);
     }
-    const float* w = widened(w_ref, size_t(Dout * Din), 1);
-    if (din_ref.data) gemm_f32(false, false, N, Din, Dout, 1.0f, g, Dout, w, Din, beta, din_ref.f32(), Din);
-    gemm_f32(true, false, Dout, Din, N, 1.0f, g, Dout, widened(in_ref, size_t(N * Din), 0), Din, 1.0f, dw, Din);
+    if (din_ref.dtype == DType::BF16) {
+      CTRL_ASSERT(!accumulate_din);
+      gemm_bf16_bias(false, false, N, Din, Dout, g, Dout, w_ref.bf16(), Din, nullptr, din_ref.data, true, Din);
+    } else if (din_ref.data) {
+      gemm_bf16(false, false, N, Din, Dout, 1.0f, g, Dout, w_ref.bf16(), Din, beta, din_ref.f32(), Din);
+    }
+    gemm_bf16(true, false, Dout, Din, N, 1.0f, g, Dout, in_ref.bf16(), Din, 1.0f, dw, Din);
+    return;
   }
+  // fp32, and fp16 widened to fp32 after rounding dout to fp16 (rounding and overflow as on a GPU).
+  const float* dout = dout_ref.f32();
+  const float* g = dout;
+  if (in_ref.dtype == DType::F16) {
+    uint16_t* half = bf16_scratch(size_t(N * Dout));
+    store_as(TensorRef(half, DType::F16), dout, size_t(N * Dout));
+    g = widened(TensorRef(half, DType::F16), size_t(N * Dout), 2);
+  }
+  const float* w = widened(w_ref, size_t(Dout * Din), 1);
+  if (din_ref.data) gemm_f32(false, false, N, Din, Dout, 1.0f, g, Dout, w, Din, beta, din_ref.f32(), Din);
+  gemm_f32(true, false, Dout, Din, N, 1.0f, g, Dout, widened(in_ref, size_t(N * Din), 0), Din, 1.0f, dw, Din);
   if (db) add_column_sums(db, dout, N, Dout);
 }
 
