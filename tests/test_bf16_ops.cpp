@@ -55,7 +55,8 @@ TEST(Bf16Ops, AttentionMatchesFp32) {
   ops->attention_backward(dqkv32.data(), dout.f32.data(), qkv.f32.data(), probs32.data(), B, T, D, H);
   ops->attention_forward(TensorRef(out16.data(), DType::BF16), TensorRef(probs16.data(), DType::BF16),
                          TensorRef(const_cast<uint16_t*>(qkv.bf16.data()), DType::BF16), B, T, D, H);
-  ops->attention_backward(TensorRef(dqkv16.data(), DType::BF16), TensorRef(const_cast<uint16_t*>(dout.bf16.data()), DType::BF16),
+  ops->attention_backward(TensorRef(dqkv16.data(), DType::BF16),
+                          TensorRef(const_cast<uint16_t*>(dout.bf16.data()), DType::BF16),
                           TensorRef(const_cast<uint16_t*>(qkv.bf16.data()), DType::BF16),
                           TensorRef(probs16.data(), DType::BF16), B, T, D, H);
   // Causality: exact zeros above the diagonal.
@@ -71,16 +72,19 @@ TEST(Bf16Ops, AttentionMatchesFp32) {
 TEST(Bf16Ops, LinearBackwardWithBf16GradientsMatchesFp32) {
   auto ops = make_cpu_ops();
   const int64_t N = 45, Dout = 24, Din = 40;
-  const auto x = rounded(size_t(N * Din), 4), w = rounded(size_t(Dout * Din), 5, 0.2), dy = rounded(size_t(N * Dout), 6);
+  const auto x = rounded(size_t(N * Din), 4), w = rounded(size_t(Dout * Din), 5, 0.2),
+             dy = rounded(size_t(N * Dout), 6);
   std::vector<float> dx32(N * Din), dw32(Dout * Din, 0.5f), db32(Dout, 0.25f);
   ops->linear_backward(dx32.data(), dw32.data(), db32.data(), dy.f32.data(), x.f32.data(), w.f32.data(), N, Dout, Din,
                        false);
-  const TensorRef x16(const_cast<uint16_t*>(x.bf16.data()), DType::BF16), w16(const_cast<uint16_t*>(w.bf16.data()), DType::BF16);
+  const TensorRef x16(const_cast<uint16_t*>(x.bf16.data()), DType::BF16),
+      w16(const_cast<uint16_t*>(w.bf16.data()), DType::BF16);
   for (bool bf16_dout : {false, true})
     for (bool bf16_din : {false, true}) {
       std::vector<float> dx(N * Din), dw(Dout * Din, 0.5f), db(Dout, 0.25f);
       std::vector<uint16_t> dx16(dx.size());
-      const TensorRef g = bf16_dout ? TensorRef(const_cast<uint16_t*>(dy.bf16.data()), DType::BF16) : TensorRef(dy.f32.data());
+      const TensorRef g =
+          bf16_dout ? TensorRef(const_cast<uint16_t*>(dy.bf16.data()), DType::BF16) : TensorRef(dy.f32.data());
       const TensorRef din = bf16_din ? TensorRef(dx16.data(), DType::BF16) : TensorRef(dx.data());
       ops->linear_backward(din, dw.data(), db.data(), g, x16, w16, N, Dout, Din, false);
       if (bf16_din) dx = widen(dx16);

@@ -90,12 +90,10 @@ void check_case(const Case& c, bool bf16) {
         ASSERT_EQ(got[at], c0[at]) << "padding changed at " << i << "," << j;
         continue;
       }
-      const float tol = 2.f * (c.K + 2) * eps *
-                        (std::fabs(c.alpha) * bound[at] + std::fabs(c.beta * c0[at])) + 1e-30f;
+      const float tol = 2.f * (c.K + 2) * eps * (std::fabs(c.alpha) * bound[at] + std::fabs(c.beta * c0[at])) + 1e-30f;
       ASSERT_NEAR(got[at], want[at], tol)
-          << (bf16 ? "bf16" : "f32") << " ta=" << c.ta << " tb=" << c.tb << " M=" << c.M
-          << " N=" << c.N << " K=" << c.K << " alpha=" << c.alpha << " beta=" << c.beta
-          << " pad=" << c.pad << " at " << i << "," << j;
+          << (bf16 ? "bf16" : "f32") << " ta=" << c.ta << " tb=" << c.tb << " M=" << c.M << " N=" << c.N << " K=" << c.K
+          << " alpha=" << c.alpha << " beta=" << c.beta << " pad=" << c.pad << " at " << i << "," << j;
     }
   }
 }
@@ -175,7 +173,8 @@ TEST(Gemm, Bf16WithBiasAndBf16OutputMatchesReference) {
           // fp32 accumulation error, plus half a bf16 ulp when the output is rounded.
           const float tol = 2.f * (K + 2) * std::numeric_limits<float>::epsilon() * (bound[i] + 1.f) +
                             (c_bf16 ? std::fabs(expected) / 256.f : 0.f) + 1e-30f;
-          ASSERT_NEAR(got, expected, tol) << "tb=" << tb << " bias=" << with_bias << " bf16 out=" << c_bf16 << " at " << i;
+          ASSERT_NEAR(got, expected, tol)
+              << "tb=" << tb << " bias=" << with_bias << " bf16 out=" << c_bf16 << " at " << i;
         }
       }
 }
@@ -211,8 +210,7 @@ TEST(Gemm, DeterministicForFixedThreadCount) {
     bool ta, tb;
     int64_t M, N, K;
   };
-  for (const S s : {S{false, false, 16, 16, 8192}, S{true, false, 384, 64, 2048},
-                    S{false, true, 512, 384, 384}}) {
+  for (const S s : {S{false, false, 16, 16, 8192}, S{true, false, 384, 64, 2048}, S{false, true, 512, 384, 384}}) {
     const int64_t ra = s.ta ? s.K : s.M, ca = s.ta ? s.M : s.K;
     const int64_t rb = s.tb ? s.N : s.K, cb = s.tb ? s.K : s.N;
     const auto a = random_floats(ra * ca, 3), b = random_floats(rb * cb, 4);
@@ -260,7 +258,8 @@ TEST(Gemm, InsideParallelRegionMatchesOutside) {
     ASSERT_EQ(inside[h], outside[h]) << "f32 head " << h;
     ASSERT_EQ(inside16[h], outside16[h]) << "bf16 head " << h;
     std::vector<float> want(T * shape_n(h));
-    gemm_f32_reference(false, true, T, shape_n(h), hd, 0.25f, q[h].data(), hd, k[h].data(), hd, 0.f, want.data(), shape_n(h));
+    gemm_f32_reference(false, true, T, shape_n(h), hd, 0.25f, q[h].data(), hd, k[h].data(), hd, 0.f, want.data(),
+                       shape_n(h));
     for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(inside[h][i], want[i], 1e-5f) << h << " " << i;
   }
 }

@@ -25,12 +25,12 @@
 //    than their own tiny value.
 //  - The whole model needs a smaller step and a noise floor: see kModelStep.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <omp.h>
 #include <vector>
 
 #include "core/rng.h"
@@ -93,18 +93,18 @@ CheckResult check_gradient(float* x, const float* analytic, size_t n, float h, c
   return r;
 }
 
-#define EXPECT_GRAD_FLOOR(result, tol, floor, what)                                                    \
-  do {                                                                                                  \
-    const CheckResult res_ = (result);                                                                  \
-    EXPECT_GT(res_.scale, 0.0) << what << ": analytic gradient is all zero";                            \
-    EXPECT_TRUE(res_.ok(tol, floor)) << what << ": worst element " << res_.worst << " error "            \
-                                     << res_.max_err << " vs gradient scale " << res_.scale             \
-                                     << " (tolerance " << tol << " of the scale + " << (floor) << ")";  \
+#define EXPECT_GRAD_FLOOR(result, tol, floor, what)                                                           \
+  do {                                                                                                        \
+    const CheckResult res_ = (result);                                                                        \
+    EXPECT_GT(res_.scale, 0.0) << what << ": analytic gradient is all zero";                                  \
+    EXPECT_TRUE(res_.ok(tol, floor)) << what << ": worst element " << res_.worst << " error " << res_.max_err \
+                                     << " vs gradient scale " << res_.scale << " (tolerance " << tol          \
+                                     << " of the scale + " << (floor) << ")";                                 \
   } while (0)
 #define EXPECT_GRAD(result, tol, what) EXPECT_GRAD_FLOOR(result, tol, 0.0, what)
 
-constexpr float kLinearStep = 0.5f;    // exact for functions linear in the input
-constexpr float kSmoothStep = 1e-2f;   // nonlinear ops
+constexpr float kLinearStep = 0.5f;   // exact for functions linear in the input
+constexpr float kSmoothStep = 1e-2f;  // nonlinear ops
 constexpr double kLinearTol = 1e-4;
 constexpr double kSmoothTol = 2e-3;
 
@@ -191,8 +191,7 @@ TEST(GradCheck, LayerNorm) {
                           N, D);
   const auto din_added = minus(din, din0), dg_added = minus(dg, dg0), db_added = minus(db, db0);
   EXPECT_GRAD(check_gradient(x.data(), din_added.data(), din.size(), kSmoothStep, f), kSmoothTol, "layernorm din");
-  EXPECT_GRAD(check_gradient(gamma.data(), dg_added.data(), dg.size(), kSmoothStep, f), kSmoothTol,
-              "layernorm dgamma");
+  EXPECT_GRAD(check_gradient(gamma.data(), dg_added.data(), dg.size(), kSmoothStep, f), kSmoothTol, "layernorm dgamma");
   EXPECT_GRAD(check_gradient(beta.data(), db_added.data(), db.size(), kLinearStep, f), kLinearTol, "layernorm dbeta");
   // The input gradient of LayerNorm sums to zero per row (shift invariance).
   for (int64_t n = 0; n < N; ++n) {
@@ -391,8 +390,9 @@ TEST(GradCheck, LmHeadLossWithIgnoredTargetsAndGradScale) {
   EXPECT_NEAR(total, expected, 1e-4);
   // The chunk size changes nothing but the memory used.
   std::vector<float> scratch_all(N * V), dh_all(N * D), dw_all(V * D, 0.0f), db_all(V, 0.0f);
-  const double total_all = ops->lm_head_loss(h.data(), w.data(), b.data(), targets.data(), N, D, V, grad_scale,
-                                             dh_all.data(), dw_all.data(), db_all.data(), nullptr, scratch_all.data(), N);
+  const double total_all =
+      ops->lm_head_loss(h.data(), w.data(), b.data(), targets.data(), N, D, V, grad_scale, dh_all.data(), dw_all.data(),
+                        db_all.data(), nullptr, scratch_all.data(), N);
   EXPECT_NEAR(total_all, total, 1e-6);
   EXPECT_LT(max_abs_diff(dh_all.data(), dh.data(), dh.size()), 1e-6);
   EXPECT_LT(max_abs_diff(dw_all.data(), dw_added.data(), dw.size()), 1e-5);
@@ -524,11 +524,12 @@ void check_every_parameter(Model& model, const Buffer& analytic, const std::func
   const char* step_env = std::getenv("CTRL_GRADCHECK_STEP");
   const float step = step_env ? std::stof(step_env) : kModelStep;
   const double floor = std::abs(loss()) * std::ldexp(1.0, -23) / step;
-  if (std::getenv("CTRL_GRADCHECK_VERBOSE")) std::printf("  step %g, loss %.4f, noise floor %.2e\n", step, loss(), floor);
+  if (std::getenv("CTRL_GRADCHECK_VERBOSE"))
+    std::printf("  step %g, loss %.4f, noise floor %.2e\n", step, loss(), floor);
   for (const auto& t : model.layout().tensors) {
     if (std::getenv("CTRL_GRADCHECK_VERBOSE")) std::printf("%s", t.name.c_str());
-    const CheckResult r = check_gradient(model.params.data() + t.offset, analytic.data() + t.offset, t.numel,
-                                         step, loss);
+    const CheckResult r =
+        check_gradient(model.params.data() + t.offset, analytic.data() + t.offset, t.numel, step, loss);
     EXPECT_GRAD_FLOOR(r, kModelTol, floor, what << " " << t.name);
   }
 }

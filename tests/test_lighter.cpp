@@ -323,24 +323,29 @@ TEST(LighterFactorized, GeneratorMatchesTheModel) {
 class LighterRecompute : public ::testing::TestWithParam<std::string> {};
 
 // Recomputation repeats the same operations on the same inputs with the same
-// dropout masks, so loss and gradients are bit-identical to storing.
+// dropout masks, so loss and gradients are bit-identical to storing, in fp32
+// and in bf16 (where the LayerNorms read bf16 roundings of the fp32 stream).
 TEST_P(LighterRecompute, SameLossAndBitIdenticalGradients) {
   auto ops = make_cpu_ops();
   Batch d;
-  for (const auto& [sharing, E] : std::vector<std::pair<std::string, int64_t>>{{"none", 0}, {"ffn", 4}}) {
-    Model stored(tiny(sharing, E, "none", 0.25), *ops, d.B), again(tiny(sharing, E, GetParam(), 0.25), *ops, d.B);
-    randomize(stored, 51);
-    std::copy_n(stored.params.data(), stored.params.size(), again.params.data());
-    stored.zero_grads();
-    again.zero_grads();
-    for (uint64_t seed : {3, 4}) {  // two micro-batches accumulate
-      const double a = stored.forward_backward(d.tokens.data(), d.targets.data(), d.B, d.T, 0.5f, seed).sum;
-      const double b = again.forward_backward(d.tokens.data(), d.targets.data(), d.B, d.T, 0.5f, seed).sum;
-      EXPECT_EQ(a, b) << sharing;
+  const std::vector<std::pair<std::string, int64_t>> variants{{"none", 0}, {"ffn", 4}};
+  for (const DType low : {DType::F32, DType::BF16}) {
+    for (const auto& [sharing, E] : variants) {
+      Model stored(tiny(sharing, E, "none", 0.25), *ops, d.B, low);
+      Model again(tiny(sharing, E, GetParam(), 0.25), *ops, d.B, low);
+      randomize(stored, 51);
+      std::copy_n(stored.params.data(), stored.params.size(), again.params.data());
+      stored.zero_grads();
+      again.zero_grads();
+      for (uint64_t seed : {3, 4}) {  // two micro-batches accumulate
+        const double a = stored.forward_backward(d.tokens.data(), d.targets.data(), d.B, d.T, 0.5f, seed).sum;
+        const double b = again.forward_backward(d.tokens.data(), d.targets.data(), d.B, d.T, 0.5f, seed).sum;
+        EXPECT_EQ(a, b) << sharing;
     }
     for (size_t i = 0; i < stored.grads.size(); ++i) ASSERT_EQ(stored.grads[i], again.grads[i]) << sharing << " " << i;
     EXPECT_EQ(stored.evaluate(d.tokens.data(), d.targets.data(), d.B, d.T).sum,
               again.evaluate(d.tokens.data(), d.targets.data(), d.B, d.T).sum);
+    }
   }
 }
 

@@ -98,21 +98,21 @@ int run(const std::vector<std::string>& argv) {
   if (args.has("json")) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("%s: %.2fM parameters, micro-batch %lld x %lld tokens, %s, %d threads on %s\n",
-                config.preset.c_str(), double(model.layout().count()) / 1e6, static_cast<long long>(B),
-                static_cast<long long>(T), config.train.precision.c_str(), omp_get_max_threads(), cpu_model().c_str());
+    std::printf("%s: %.2fM parameters, micro-batch %lld x %lld tokens, %s, %d threads on %s\n", config.preset.c_str(),
+                double(model.layout().count()) / 1e6, static_cast<long long>(B), static_cast<long long>(T),
+                config.train.precision.c_str(), omp_get_max_threads(), cpu_model().c_str());
     std::printf("  %.3f it/s, %.0f tokens/s\n", double(steps) / seconds, tokens_per_s);
     std::printf("  %.1f GFLOP/s achieved = %.0f%% of the measured %s GEMM peak (%.1f GFLOP/s)\n", flops / 1e9,
                 100.0 * flops / peak, bf16 ? "bf16" : "fp32", peak / 1e9);
     std::printf("  %.1f MFLOP per token (model), %.1f with recomputation (hardware: %.1f GFLOP/s)\n",
                 train_flops_per_token(m) / 1e6, train_hardware_flops_per_token(m) / 1e6, hardware_flops / 1e9);
-    std::printf("  activations %.1f MiB, parameters %.1f MiB\n",
-                double(model.activation_layout().bytes()) / (1 << 20),
+    std::printf("  activations %.1f MiB, parameters %.1f MiB\n", double(model.activation_layout().bytes()) / (1 << 20),
                 double(model.layout().total * sizeof(float)) / (1 << 20));
     std::printf("  peak memory %.0f MiB\n", double(peak_rss) / (1 << 20));
   }
-  if (args.has("profile")) std::printf("\ntime per op over all %lld steps:\n%s", static_cast<long long>(warmup + steps),
-                                       profile_report(*ops).c_str());
+  if (args.has("profile"))
+    std::printf("\ntime per op over all %lld steps:\n%s", static_cast<long long>(warmup + steps),
+                profile_report(*ops).c_str());
   return 0;
 }
 

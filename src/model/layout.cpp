@@ -121,16 +121,20 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
   };
   auto take_low = [&](size_t n) { return take((n * dtype_size(low) + 3) / 4); };
   auto take_inner = [&](size_t n) { return take((n * dtype_size(a.inner) + 3) / 4); };
+  // bf16: LayerNorms read bf16 roundings of the fp32 stream, and those are saved.
+  const bool rounded_stream = a.inner == DType::BF16;
   // Everything of one layer but its input, at fresh offsets (skipping the
   // outputs that "cheap" recomputes into shared scratch).
   auto take_layer_body = [&](ActivationLayout::Layer& L, bool keep_recomputable) {
+    if (rounded_stream) L.ln1_in = take_inner(N * D);
     L.ln1_mean = take(N);
     L.ln1_rstd = take(N);
     if (keep_recomputable) L.ln1_out = take_low(N * D);
     L.qkv = take_low(N * 3 * D);
     L.probs = take_inner(probs);
     L.att = take_low(N * D);
-    L.x_mid = take(N * D);
+    if (!rounded_stream || whole_layers) L.x_mid = take(N * D);
+    if (rounded_stream) L.ln2_in = take_inner(N * D);
     L.ln2_mean = take(N);
     L.ln2_rstd = take(N);
     if (keep_recomputable) {
@@ -141,11 +145,14 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
   if (factorized) a.emb = take(N * E);
   for (int l = 0; l < int(c.n_layer); ++l) {
     ActivationLayout::Layer L{};
-    L.x_in = take(N * D);
+    if (!rounded_stream || whole_layers) L.x_in = take(N * D);
     if (!whole_layers) take_layer_body(L, !cheap);
     a.layers.push_back(L);
   }
-  a.x_out = take(N * D);
+  if (rounded_stream)
+    a.lnf_in = take_inner(N * D);
+  else
+    a.x_out = take(N * D);
   a.lnf_mean = take(N);
   a.lnf_rstd = take(N);
   a.lnf_out = take_low(N * D);
@@ -170,6 +177,17 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
   a.d_att = take_inner(N * D);
   a.d_ffn = take_inner(N * F);
   if (factorized) a.d_emb = take(N * E);
+  if (rounded_stream) {
+    // The fp32 stream, used by the forward only: it may share the room of the
+    // backward's residual gradient and LayerNorm gradient.
+    for (auto& L : a.layers) {
+      if (!whole_layers) L.x_in = a.d_x, L.x_mid = a.d_ln;
+    }
+    a.x_out = a.d_x;
+  } else {
+    for (auto& L : a.layers) L.ln1_in = L.x_in, L.ln2_in = L.x_mid;
+    a.lnf_in = a.x_out;
+  }
   // The fused head works on row chunks so the [N, V] logits never exist whole.
   a.logits_rows = std::min<int64_t>(int64_t(N), 256);
   a.logits = take(size_t(a.logits_rows) * size_t(c.vocab_size));

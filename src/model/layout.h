@@ -17,18 +17,18 @@ namespace ctrl {
 constexpr size_t kAlignElements = 16;
 
 struct ParamTensor {
-  std::string name;             // Hugging Face state-dict name
-  std::vector<int64_t> shape;   // Linear weights are [out, in]
-  size_t offset = 0;            // in elements from the start of the buffer
+  std::string name;            // Hugging Face state-dict name
+  std::vector<int64_t> shape;  // Linear weights are [out, in]
+  size_t offset = 0;           // in elements from the start of the buffer
   size_t numel = 0;
-  bool is_matrix = false;       // AdamW weight decay applies to matrices only
-  int layer = -1;               // transformer layer, -1 for embedding and head
-  bool shared = false;          // used by every layer (cross-layer sharing); named as layer 0's
+  bool is_matrix = false;  // AdamW weight decay applies to matrices only
+  int layer = -1;          // transformer layer, -1 for embedding and head
+  bool shared = false;     // used by every layer (cross-layer sharing); named as layer 0's
 };
 
 struct ParamLayout {
   std::vector<ParamTensor> tensors;
-  size_t total = 0;  // elements including alignment padding
+  size_t total = 0;      // elements including alignment padding
   size_t count() const;  // parameters without padding
   const ParamTensor& get(const std::string& name) const;
   const ParamTensor* find(const std::string& name) const;
@@ -62,22 +62,31 @@ int64_t embedding_width(const ModelConfig& config);
 // of every layer points at one layer's scratch set, which the backward fills
 // by running that layer's forward again. Offsets that are not saved may alias
 // each other, so only the forward and backward of model.cpp may rely on them.
+//
+// The residual stream (x_in, x_mid, x_out) is always summed in fp32. In fp32
+// and fp16 it is saved, and each LayerNorm reads it directly (ln1_in == x_in,
+// ln2_in == x_mid, lnf_in == x_out). Under bf16 each LayerNorm reads a bf16
+// rounding of it (ln1_in, ln2_in, lnf_in), which is what is saved; the fp32
+// stream then lives in two scratch buffers shared by all layers (and, with
+// "layers" recomputation, x_in stays saved in fp32 so a layer's forward can be
+// repeated exactly).
 struct ActivationLayout {
   struct Layer {
     size_t x_in, ln1_mean, ln1_rstd, ln1_out, qkv, probs, att, x_mid, ln2_mean, ln2_rstd, ln2_out, ffn_h;
+    size_t ln1_in, ln2_in;  // the LayerNorms' inputs (see above)
   };
   int64_t B = 0, T = 0;
   DType dtype = DType::F32;  // the type of the low-precision slots (see make_activation_layout)
   DType inner = DType::F32;  // the saved softmax and d_qkv, d_att, d_ffn: BF16 under bf16, else F32
   std::vector<Layer> layers;
-  size_t x_out = 0, lnf_mean = 0, lnf_rstd = 0, lnf_out = 0;  // after the last layer
+  size_t x_out = 0, lnf_in = 0, lnf_mean = 0, lnf_rstd = 0, lnf_out = 0;  // after the last layer
   // Factorized embedding only (E > 0, else 0): the E-wide embedding (input of
   // w_proj_in), the E-wide head input (output of w_proj_out), and in scratch
   // the gradient of either.
   size_t emb = 0, head_in = 0, d_emb = 0;
   // Backward scratch, reused across layers.
   size_t d_x = 0, d_x2 = 0, d_ln = 0, d_qkv = 0, d_att = 0, d_ffn = 0;
-  size_t logits = 0;                  // one chunk of rows x V for the fused head and loss
+  size_t logits = 0;  // one chunk of rows x V for the fused head and loss
   int64_t logits_rows = 0;
   size_t saved = 0;    // elements kept from forward to backward
   size_t scratch = 0;  // elements of backward scratch and the logits chunk
@@ -88,9 +97,10 @@ struct ActivationLayout {
 // `low` is the element type of the activations that feed matrix products
 // (LayerNorm outputs, Q/K/V, attention output, ReLU output, head input): BF16
 // or F16 under mixed precision, else F32. Under bf16 the saved softmax
-// (computed in fp32) and the gradients that feed or leave bf16 products inside
-// a layer (d_qkv, d_att, d_ffn) are bf16 too; fp16 keeps those fp32, as its
-// products are emulated in fp32 on the CPU. The residual stream, its gradient,
+// (computed in fp32), the LayerNorms' inputs (roundings of the fp32 residual
+// stream) and the gradients that feed or leave bf16 products inside a layer
+// (d_qkv, d_att, d_ffn) are bf16 too; fp16 keeps those fp32, as its products
+// are emulated in fp32 on the CPU. The running residual stream, its gradient,
 // LayerNorm statistics and the logits chunk stay fp32. Offsets and totals count
 // 4-byte units, so a 16-bit slot takes half the room.
 ActivationLayout make_activation_layout(const ModelConfig& config, int64_t micro_batch, DType low = DType::F32);

@@ -83,8 +83,8 @@ void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool training, 
   }
   ops_.dropout(x0, ND, dropout(config_.embd_pdrop, training, seed, 0));
   for (int l = 0; l < int(config_.n_layer); ++l) layer_forward(l, B, T, training, seed, true);
-  ops_.layernorm_forward(low(A.lnf_out), act(A.lnf_mean), act(A.lnf_rstd), act(A.x_out), P + lnf_w_, P + lnf_b_, N, D,
-                         float(config_.layer_norm_eps));
+  ops_.layernorm_forward(low(A.lnf_out), act(A.lnf_mean), act(A.lnf_rstd), layernorm_input(A.x_out, A.lnf_in, ND),
+                         P + lnf_w_, P + lnf_b_, N, D, float(config_.layer_norm_eps));
   if (factorized())  // Linear D→E before the tied E-wide head
     ops_.linear_forward(low(A.head_in), low(A.lnf_out), weight(proj_out_w_), P + proj_out_b_, N, E, D);
 }
@@ -97,14 +97,14 @@ void Model::layer_forward(int l, int64_t B, int64_t T, bool training, uint64_t s
   const auto& L = A.layers[size_t(l)];
   const auto& W = lp_[size_t(l)];
   float* branch = act(A.d_x2);  // backward scratch doubles as the branch output in forward
-  ops_.layernorm_forward(low(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), act(L.x_in), P + W.ln1_w, P + W.ln1_b, N, D,
-                         1e-6f);
+  ops_.layernorm_forward(low(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), layernorm_input(L.x_in, L.ln1_in, ND),
+                         P + W.ln1_w, P + W.ln1_b, N, D, 1e-6f);
   ops_.linear_forward(low(L.qkv), low(L.ln1_out), weight(W.wqkv), P + W.bqkv, N, 3 * D, D);
   ops_.attention_forward(low(L.att), inner(L.probs), low(L.qkv), B, T, D, H);
   ops_.linear_forward(branch, low(L.att), weight(W.wdense), P + W.bdense, N, D, D);
   ops_.residual_add(act(L.x_mid), act(L.x_in), branch, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
-  ops_.layernorm_forward(low(L.ln2_out), act(L.ln2_mean), act(L.ln2_rstd), act(L.x_mid), P + W.ln2_w, P + W.ln2_b, N, D,
-                         1e-6f);
+  ops_.layernorm_forward(low(L.ln2_out), act(L.ln2_mean), act(L.ln2_rstd), layernorm_input(L.x_mid, L.ln2_in, ND),
+                         P + W.ln2_w, P + W.ln2_b, N, D, 1e-6f);
   ops_.linear_forward(low(L.ffn_h), low(L.ln2_out), weight(W.w0), P + W.b0, N, F, D);
   ops_.relu_forward(low(L.ffn_h), size_t(N * F));
   if (!to_output) return;
@@ -125,11 +125,11 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
   float* d_ln = act(A.d_ln);
 
   if (factorized())  // head_in = lnf_out · w_proj_outᵀ + b
-    ops_.linear_backward(d_ln, G + proj_out_w_, G + proj_out_b_, act(A.d_emb), low(A.lnf_out), weight(proj_out_w_), N, E, D,
-                         false);
+    ops_.linear_backward(d_ln, G + proj_out_w_, G + proj_out_b_, act(A.d_emb), low(A.lnf_out), weight(proj_out_w_), N,
+                         E, D, false);
   ops_.fill(d_x, ND, 0.0f);
-  ops_.layernorm_backward(d_x, G + lnf_w_, G + lnf_b_, d_ln, act(A.x_out), act(A.lnf_mean), act(A.lnf_rstd), P + lnf_w_,
-                          N, D);
+  ops_.layernorm_backward(d_x, G + lnf_w_, G + lnf_b_, d_ln, inner(A.lnf_in), act(A.lnf_mean), act(A.lnf_rstd),
+                          P + lnf_w_, N, D);
   for (int l = int(config_.n_layer) - 1; l >= 0; --l) {
     const auto& L = A.layers[size_t(l)];
     const auto& W = lp_[size_t(l)];
@@ -137,8 +137,8 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
     // inputs, parameters and dropout masks, so the values are bit-identical.
     if (whole_layers) layer_forward(l, B, T, training, seed, false);
     if (cheap) {
-      ops_.layernorm_forward(low(L.ln2_out), act(L.ln2_mean), act(L.ln2_rstd), act(L.x_mid), P + W.ln2_w, P + W.ln2_b,
-                             N, D, 1e-6f);
+      ops_.layernorm_forward(low(L.ln2_out), act(L.ln2_mean), act(L.ln2_rstd), inner(L.ln2_in), P + W.ln2_w,
+                             P + W.ln2_b, N, D, 1e-6f);
       ops_.linear_forward(low(L.ffn_h), low(L.ln2_out), weight(W.w0), P + W.b0, N, F, D);
       ops_.relu_forward(low(L.ffn_h), size_t(N * F));
     }
@@ -147,19 +147,19 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
     ops_.linear_backward(inner(A.d_ffn), G + W.w2, G + W.b2, d_ffn_out, low(L.ffn_h), weight(W.w2), N, D, F, false);
     ops_.relu_backward(inner(A.d_ffn), low(L.ffn_h), size_t(N * F));
     ops_.linear_backward(d_ln, G + W.w0, G + W.b0, inner(A.d_ffn), low(L.ln2_out), weight(W.w0), N, F, D, false);
-    ops_.layernorm_backward(d_x, G + W.ln2_w, G + W.ln2_b, d_ln, act(L.x_mid), act(L.ln2_mean), act(L.ln2_rstd),
+    ops_.layernorm_backward(d_x, G + W.ln2_w, G + W.ln2_b, d_ln, inner(L.ln2_in), act(L.ln2_mean), act(L.ln2_rstd),
                             P + W.ln2_w, N, D);
     // x_mid = x_in + dropout(dense(attention(qkv(ln1(x_in)))))
     if (cheap)  // ln1_out shares its scratch with ln2_out
-      ops_.layernorm_forward(low(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), act(L.x_in), P + W.ln1_w, P + W.ln1_b, N,
-                             D, 1e-6f);
+      ops_.layernorm_forward(low(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), inner(L.ln1_in), P + W.ln1_w,
+                             P + W.ln1_b, N, D, 1e-6f);
     float* d_att_out = branch_gradient(d_x, d_br, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
     ops_.linear_backward(inner(A.d_att), G + W.wdense, G + W.bdense, d_att_out, low(L.att), weight(W.wdense), N, D, D,
                          false);
     ops_.attention_backward(inner(A.d_qkv), inner(A.d_att), low(L.qkv), inner(L.probs), B, T, D, H);
     ops_.linear_backward(d_ln, G + W.wqkv, G + W.bqkv, inner(A.d_qkv), low(L.ln1_out), weight(W.wqkv), N, 3 * D, D,
                          false);
-    ops_.layernorm_backward(d_x, G + W.ln1_w, G + W.ln1_b, d_ln, act(L.x_in), act(L.ln1_mean), act(L.ln1_rstd),
+    ops_.layernorm_backward(d_x, G + W.ln1_w, G + W.ln1_b, d_ln, inner(L.ln1_in), act(L.ln1_mean), act(L.ln1_rstd),
                             P + W.ln1_w, N, D);
     if (layer_hook_) layer_hook_(l);
   }
@@ -170,6 +170,12 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
   } else {
     ops_.embedding_backward(G + wte_, d_x, tokens, B, T, D, std::sqrt(float(D)));
   }
+}
+
+TensorRef Model::layernorm_input(size_t stream, size_t rounded, size_t n) {
+  if (stream == rounded) return act(stream);
+  ops_.copy(inner(rounded), act(stream), n);
+  return inner(rounded);
 }
 
 LossSum Model::forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float grad_scale,
@@ -193,9 +199,9 @@ LossSum Model::evaluate(const int32_t* tokens, const int32_t* targets, int64_t B
   const int64_t N = B * T;
   LossSum loss;
   for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
-  loss.sum = ops_.lm_head_loss(head_input(), weight(wte_), params.data() + head_b_, targets, N,
-                               embedding_width(config_), config_.vocab_size, 0.0f, nullptr, nullptr, nullptr, row_loss,
-                               act(A.logits), A.logits_rows);
+  loss.sum =
+      ops_.lm_head_loss(head_input(), weight(wte_), params.data() + head_b_, targets, N, embedding_width(config_),
+                        config_.vocab_size, 0.0f, nullptr, nullptr, nullptr, row_loss, act(A.logits), A.logits_rows);
   return loss;
 }
 

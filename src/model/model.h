@@ -71,8 +71,11 @@ class Model {
   TensorRef head_input() { return low(factorized() ? acts_layout_.head_in : acts_layout_.lnf_out); }
   // A slot of the activations that feed matrix products, in their storage type.
   TensorRef low(size_t offset) { return TensorRef(act(offset), acts_layout_.dtype); }
-  // The saved softmax or a gradient inside a layer, in its storage type.
+  // The saved softmax, a LayerNorm input or a gradient inside a layer, in its storage type.
   TensorRef inner(size_t offset) { return TensorRef(act(offset), acts_layout_.inner); }
+  // A LayerNorm's input for the fp32 stream at `stream`: the stream itself, or
+  // (bf16) its rounding, written into `rounded` for the backward to read again.
+  TensorRef layernorm_input(size_t stream, size_t rounded, size_t n);
   // A weight matrix as the matrix products take it: the bf16 copy under mixed precision.
   TensorRef weight(size_t offset) {
     return low_weights_.size() ? TensorRef(low_weights_.data() + offset, acts_layout_.dtype)

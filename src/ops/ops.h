@@ -46,7 +46,7 @@ struct TensorRef {
 // backward. The model numbers elements by global sequence index, so a
 // sequence gets the same mask whichever micro-batch or rank processes it.
 struct DropoutSpec {
-  float p = 0;               // probability of zeroing; 0 disables
+  float p = 0;  // probability of zeroing; 0 disables
   uint64_t seed = 0;
   uint64_t stream = 0;       // distinguishes the dropout sites (layer, branch)
   uint64_t first_index = 0;  // index of the buffer's first element
@@ -56,7 +56,7 @@ struct UpdateSegment {
   size_t param_offset = 0;  // in the parameter buffer
   size_t state_offset = 0;  // in the gradient and optimizer-state buffers
   size_t n = 0;
-  float weight_decay = 0;   // AdamW only
+  float weight_decay = 0;  // AdamW only
 };
 
 class Ops {
@@ -81,6 +81,7 @@ class Ops {
                                int64_t N, int64_t Dout, int64_t Din, bool accumulate_din) = 0;
 
   // out = (in - mean) * rstd * gamma + beta per row of D; saves mean and rstd (fp32).
+  // `in` is fp32, or bf16 (a rounding of the fp32 residual stream, under bf16); dout and din are fp32.
   virtual void layernorm_forward(TensorRef out, float* mean, float* rstd, TensorRef in, const float* gamma,
                                  const float* beta, int64_t N, int64_t D, float eps) = 0;
   // din += ∂/∂in (accumulates: din is the residual stream's gradient), dgamma += , dbeta += .
@@ -93,12 +94,12 @@ class Ops {
   virtual void attention_forward(TensorRef out, TensorRef probs, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                                  int64_t H) = 0;
   // dqkv[B,T,3D] overwritten; dqkv and dout are fp32, or both bf16.
-  virtual void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef probs, int64_t B,
-                                  int64_t T, int64_t D, int64_t H) = 0;
+  virtual void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef probs, int64_t B, int64_t T,
+                                  int64_t D, int64_t H) = 0;
 
   // x[B,T,D] = w[tokens] * scale + sinusoidal position (sin half | cos half).
-  virtual void embedding_forward(TensorRef x, const int32_t* tokens, const float* w, int64_t B, int64_t T,
-                                 int64_t D, float scale) = 0;
+  virtual void embedding_forward(TensorRef x, const int32_t* tokens, const float* w, int64_t B, int64_t T, int64_t D,
+                                 float scale) = 0;
   virtual void embedding_backward(float* dw, TensorRef dx, const int32_t* tokens, int64_t B, int64_t T, int64_t D,
                                   float scale) = 0;
 
@@ -125,9 +126,9 @@ class Ops {
   // Returns the sum of row losses and adds them per row to row_loss if not null.
   // If dh is not null (training), also: dh = ∂(grad_scale·Σloss)/∂h
   // (overwritten), dw += , db += . `scratch` holds chunk_rows×V floats.
-  virtual double lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N,
-                              int64_t D, int64_t V, float grad_scale, float* dh, float* dw, float* db,
-                              float* row_loss, float* scratch, int64_t chunk_rows) = 0;
+  virtual double lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D,
+                              int64_t V, float grad_scale, float* dh, float* dw, float* db, float* row_loss,
+                              float* scratch, int64_t chunk_rows) = 0;
 
   // Σ x² in double, for the global gradient norm.
   virtual double sum_squares(const float* x, size_t n) = 0;

@@ -126,15 +126,15 @@ void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRe
         const uint16_t* dO = dout_ref.bf16() + b * T * D + h * hd;
         uint16_t* dq = dqkv_ref.bf16() + b * T * 3 * D + h * hd;
         uint16_t* dS = reinterpret_cast<uint16_t*>(dP + T * T);
-        gemm_bf16(false, true, T, T, hd, 1.0f, dO, D, q + 2 * D, 3 * D, 0.0f, dP, T);               // dP = dO·vᵀ
-        gemm_bf16_bias(true, false, T, hd, T, P, T, dO, D, nullptr, dq + 2 * D, true, 3 * D);      // dv = Pᵀ·dO
+        gemm_bf16(false, true, T, T, hd, 1.0f, dO, D, q + 2 * D, 3 * D, 0.0f, dP, T);          // dP = dO·vᵀ
+        gemm_bf16_bias(true, false, T, hd, T, P, T, dO, D, nullptr, dq + 2 * D, true, 3 * D);  // dv = Pᵀ·dO
         for (int64_t i = 0; i < T; ++i) {  // dS/√hd, rounded once for the two products
           from_bf16(P + i * T, p_row.data(), i + 1);
           softmax_backward_row(p_row.data(), dP + i * T, i, T, scale);
           to_bf16(dP + i * T, dS + i * T, T);
         }
-        gemm_bf16_bias(false, false, T, hd, T, dS, T, q + D, 3 * D, nullptr, dq, true, 3 * D);     // dq = dS·k/√hd
-        gemm_bf16_bias(true, false, T, hd, T, dS, T, q, 3 * D, nullptr, dq + D, true, 3 * D);      // dk = dSᵀ·q/√hd
+        gemm_bf16_bias(false, false, T, hd, T, dS, T, q + D, 3 * D, nullptr, dq, true, 3 * D);  // dq = dS·k/√hd
+        gemm_bf16_bias(true, false, T, hd, T, dS, T, q, 3 * D, nullptr, dq + D, true, 3 * D);   // dk = dSᵀ·q/√hd
         continue;
       }
       const HeadInputs in = head_inputs(qkv_ref, b, h, T, D, hd, slices);
@@ -144,7 +144,7 @@ void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRe
       gemm_f32(false, true, T, T, hd, 1.0f, dO, D, in.v, in.ld, 0.0f, dP, T);       // dP = dO·vᵀ
       gemm_f32(true, false, T, hd, T, 1.0f, P, T, dO, D, 0.0f, dq + 2 * D, 3 * D);  // dv = Pᵀ·dO
       for (int64_t i = 0; i < T; ++i) softmax_backward_row(P + i * T, dP + i * T, i, T, 1.0f);
-      gemm_f32(false, false, T, hd, T, scale, dP, T, in.k, in.ld, 0.0f, dq, 3 * D);  // dq = dS·k/√hd
+      gemm_f32(false, false, T, hd, T, scale, dP, T, in.k, in.ld, 0.0f, dq, 3 * D);     // dq = dS·k/√hd
       gemm_f32(true, false, T, hd, T, scale, dP, T, in.q, in.ld, 0.0f, dq + D, 3 * D);  // dk = dSᵀ·q/√hd
     }
   }

@@ -35,8 +35,8 @@ class CpuOps final : public Ops {
   void dropout(TensorRef x, size_t n, const DropoutSpec& spec) override;
   void residual_add(TensorRef y, TensorRef x, TensorRef b, size_t n, const DropoutSpec& spec) override;
   void copy(TensorRef dst, TensorRef src, size_t n) override;
-  double lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D,
-                      int64_t V, float grad_scale, float* dh, float* dw, float* db, float* row_loss, float* scratch,
+  double lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D, int64_t V,
+                      float grad_scale, float* dh, float* dw, float* db, float* row_loss, float* scratch,
                       int64_t chunk_rows) override;
   double sum_squares(const float* x, size_t n) override;
   void scale(float* x, size_t n, float factor) override;
@@ -52,9 +52,9 @@ class CpuOps final : public Ops {
   std::vector<float> attention_scratch_;  // per thread: T x T, and q, k, v, out head slices in fp32
   std::vector<float> f32_scratch_;        // fp32 results bound for bf16 outputs
   std::vector<uint16_t> bf16_scratch_;    // bf16 copies of fp32 gradients for bf16 products
-  std::vector<float> widened_[3];        // fp32 copies of fp16 operands
-  std::vector<float> head_dh_partial_;   // lm_head_loss: per thread, its vocabulary blocks' share of dh
-  std::vector<uint16_t> head_dlogits_;   // lm_head_loss: per thread, one block's bf16 logit gradients
+  std::vector<float> widened_[3];         // fp32 copies of fp16 operands
+  std::vector<float> head_dh_partial_;    // lm_head_loss: per thread, its vocabulary blocks' share of dh
+  std::vector<uint16_t> head_dlogits_;    // lm_head_loss: per thread, one block's bf16 logit gradients
   float* f32_scratch(size_t n);
   uint16_t* bf16_scratch(size_t n);
   // The tensor as fp32: itself, or its n 16-bit elements widened into scratch `slot`.

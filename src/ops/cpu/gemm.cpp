@@ -112,8 +112,7 @@ std::shared_ptr<const Entry> lookup(const Key& k) {
   return cache.emplace(k, std::move(e)).first->second;
 }
 
-void check_args(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                int64_t ldc) {
+void check_args(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
   CTRL_ASSERT(M >= 0 && N >= 0 && K >= 0);
   CTRL_ASSERT(lda >= std::max<int64_t>(1, ta ? M : K));
   CTRL_ASSERT(ldb >= std::max<int64_t>(1, tb ? K : N));
@@ -136,8 +135,8 @@ bool run(const Key& k, const void* A, const void* B, void* C, const float* bias 
   auto& eng = engine();
   dnnl::memory ma(e->a, eng, const_cast<void*>(A)), mb(e->b, eng, const_cast<void*>(B));
   dnnl::memory mc(e->c, eng, C);
-  dnnl::memory ms(md({static_cast<int64_t>(e->scratch_bytes)}, dt::u8, dnnl::memory::format_tag::a),
-                  eng, scratch.data());
+  dnnl::memory ms(md({static_cast<int64_t>(e->scratch_bytes)}, dt::u8, dnnl::memory::format_tag::a), eng,
+                  scratch.data());
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
   if (k.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(e->bias, eng, const_cast<float*>(bias)));
@@ -164,9 +163,8 @@ std::vector<float> widen(const uint16_t* X, int64_t rows, int64_t cols, int64_t 
 }
 
 template <typename T>
-void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const T* A,
-               int64_t lda, const T* B, int64_t ldb, float beta, float* C, int64_t ldc,
-               float (*load)(T)) {
+void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const T* A, int64_t lda, const T* B,
+               int64_t ldb, float beta, float* C, int64_t ldc, float (*load)(T)) {
   check_args(ta, tb, M, N, K, lda, ldb, ldc);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
@@ -183,20 +181,19 @@ void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
 
 }  // namespace
 
-void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-              int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   check_args(ta, tb, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
   // fp32: oneDNN's sgemm (JIT AVX-512 kernels, no primitive to create); it
   // runs single-threaded by itself inside an OpenMP parallel region.
-  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B,
-                                      ldb, beta, C, ldc);
+  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   CTRL_ASSERT(st == dnnl_success);
 }
 
-void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+               const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   check_args(ta, tb, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
@@ -221,21 +218,20 @@ void gemm_bf16_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uin
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       const float v = out[size_t(i * N + j)] + (bias ? bias[j] : 0.0f);
-      if (c_bf16) static_cast<uint16_t*>(C)[i * ldc + j] = float_to_bf16(v);
-      else static_cast<float*>(C)[i * ldc + j] = v;
+      if (c_bf16)
+        static_cast<uint16_t*>(C)[i * ldc + j] = float_to_bf16(v);
+      else
+        static_cast<float*>(C)[i * ldc + j] = v;
     }
 }
 
-void gemm_f32_reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                        const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                        float* C, int64_t ldc) {
-  reference<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                   [](float x) { return x; });
+void gemm_f32_reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                        const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  reference<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, [](float x) { return x; });
 }
 
-void gemm_bf16_reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                         const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
-                         float beta, float* C, int64_t ldc) {
+void gemm_bf16_reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+                         const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   reference<uint16_t>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bf16_to_f32);
 }
 

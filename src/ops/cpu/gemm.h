@@ -19,30 +19,25 @@ namespace ctrl::cpu {
 
 // C[M,N] = alpha * op(A) * op(B) + beta * C, op(X) = X or Xᵀ.
 // A is stored M x K (K x M when trans_a), B is stored K x N (N x K when trans_b).
-void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-              int64_t ldc);
+void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // Same with bf16 inputs (uint16_t bit patterns), fp32 accumulation and fp32 C.
-void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta,
-               float* C, int64_t ldc);
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+               const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // C[M,N] = op(A) * op(B) + bias (a row of N fp32 values added to every row;
 // bias may be null), with bf16 inputs and fp32 accumulation; C is stored as
 // bf16 (rounded to nearest even) when c_bf16, else as fp32. One pass over C:
 // the bias and the rounding happen inside the product's kernel.
-void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
-                    int64_t lda, const uint16_t* B, int64_t ldb, const float* bias, void* C, bool c_bf16,
-                    int64_t ldc);
+void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                    const uint16_t* B, int64_t ldb, const float* bias, void* C, bool c_bf16, int64_t ldc);
 
 // Plain triple-loop references with double accumulation, for tests. Slow.
-void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                        const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                        float* C, int64_t ldc);
-void gemm_bf16_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                         float alpha, const uint16_t* A, int64_t lda, const uint16_t* B,
-                         int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm_bf16_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                         int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // Whether the CPU runs bf16 products natively (AVX512-BF16 or AMX), as the
 // GEMM library detects it; without it bf16 products are emulated (slower).

@@ -11,14 +11,15 @@ namespace ctrl::cpu {
 
 void CpuOps::layernorm_forward(TensorRef out_ref, float* mean, float* rstd, TensorRef in_ref, const float* gamma,
                                const float* beta, int64_t N, int64_t D, float eps) {
-  const float* in = in_ref.f32();
   const bool low = out_ref.is_16bit();
+  const bool low_in = in_ref.dtype == DType::BF16;  // a bf16 rounding of the residual stream
 #pragma omp parallel
   {
-    std::vector<float> row(low ? size_t(D) : 0);
+    std::vector<float> row(low ? size_t(D) : 0), x_row(low_in ? size_t(D) : 0);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < N; ++r) {
-      const float* x = in + r * D;
+      const float* x = low_in ? x_row.data() : in_ref.f32() + r * D;
+      if (low_in) from_bf16(in_ref.bf16() + r * D, x_row.data(), D);
       float sum = 0;
       for (int64_t i = 0; i < D; ++i) sum += x[i];
       const float m = sum / float(D);
@@ -39,7 +40,7 @@ void CpuOps::layernorm_backward(TensorRef din_ref, float* dgamma, float* dbeta, 
                                 const float* mean, const float* rstd, const float* gamma, int64_t N, int64_t D) {
   float* din = din_ref.f32();
   const float* dout = dout_ref.f32();
-  const float* in = in_ref.f32();
+  const bool low_in = in_ref.dtype == DType::BF16;
   const int threads = omp_get_max_threads();
   // Per-thread partial dgamma/dbeta, combined in thread order (deterministic).
   std::vector<float> partial(size_t(threads) * 2 * size_t(D), 0.0f);
@@ -48,9 +49,11 @@ void CpuOps::layernorm_backward(TensorRef din_ref, float* dgamma, float* dbeta, 
     const int tid = omp_get_thread_num();
     float* pg = partial.data() + size_t(tid) * 2 * size_t(D);
     float* pb = pg + D;
+    std::vector<float> x_row(low_in ? size_t(D) : 0);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < N; ++r) {
-      const float* x = in + r * D;
+      const float* x = low_in ? x_row.data() : in_ref.f32() + r * D;
+      if (low_in) from_bf16(in_ref.bf16() + r * D, x_row.data(), D);
       const float* dy = dout + r * D;
       const float m = mean[r], s = rstd[r];
       float mean_dxhat = 0, mean_dxhat_xhat = 0;

@@ -21,8 +21,8 @@ void CpuOps::linear_forward(TensorRef out_ref, TensorRef in_ref, TensorRef w_ref
       for (int64_t c = 0; c < Dout; ++c) out[r * Dout + c] = b[c];
     beta = 1.0f;
   }
-  gemm_f32(false, true, N, Dout, Din, 1.0f, widened(in_ref, size_t(N * Din), 0), Din, widened(w_ref, size_t(Dout * Din), 1),
-           Din, beta, out, Dout);
+  gemm_f32(false, true, N, Dout, Din, 1.0f, widened(in_ref, size_t(N * Din), 0), Din,
+           widened(w_ref, size_t(Dout * Din), 1), Din, beta, out, Dout);
   if (out_ref.dtype != DType::F32) store_as(out_ref, out, size_t(N * Dout));
 }
 

@@ -6,11 +6,11 @@
 // db and its partial dh stay in that thread's cache. One product over the
 // whole vocabulary (V = 32000 against 256 rows) splits poorly inside oneDNN:
 // the dw product ran at 530 GFLOP/s that way against 790 by blocks.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
-
-#include <omp.h>
 
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/gemm.h"
@@ -23,7 +23,7 @@ constexpr int64_t kVocabBlock = 2048;
 // Row stride of a block's bf16 gradients: padded off the power of two, whose
 // 4 KiB stride made the dw product 30% slower (cache-set conflicts).
 constexpr int64_t kBlockStride = kVocabBlock + 32;
-}
+}  // namespace
 
 double CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const int32_t* targets, int64_t N,
                             int64_t D, int64_t V, float grad_scale, float* dh, float* dw, float* db, float* row_loss,
@@ -52,9 +52,11 @@ double CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, co
 #pragma omp for schedule(static)
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t v0 = blk * kVocabBlock, bw = std::min(kVocabBlock, V - v0);
-        if (low) gemm_bf16(false, true, R, bw, D, 1.0f, h_ref.bf16() + r0 * D, D, w_ref.bf16() + v0 * D, D, 0.0f,
-                           logits + v0, V);
-        else gemm_f32(false, true, R, bw, D, 1.0f, h + r0 * D, D, w + v0 * D, D, 0.0f, logits + v0, V);
+        if (low)
+          gemm_bf16(false, true, R, bw, D, 1.0f, h_ref.bf16() + r0 * D, D, w_ref.bf16() + v0 * D, D, 0.0f, logits + v0,
+                    V);
+        else
+          gemm_f32(false, true, R, bw, D, 1.0f, h + r0 * D, D, w + v0 * D, D, 0.0f, logits + v0, V);
         for (int64_t r = 0; r < R; ++r) {
           float* row = logits + r * V + v0;
           for (int64_t v = 0; v < bw; ++v) row[v] += b[v0 + v];
@@ -92,7 +94,8 @@ double CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, co
           }
           const float beta = has_partial[size_t(t)] ? 1.0f : 0.0f;
           if (low) {
-            gemm_bf16(true, false, bw, D, R, 1.0f, dl_low, kBlockStride, h_ref.bf16() + r0 * D, D, 1.0f, dw + v0 * D, D);
+            gemm_bf16(true, false, bw, D, R, 1.0f, dl_low, kBlockStride, h_ref.bf16() + r0 * D, D, 1.0f, dw + v0 * D,
+                      D);
             gemm_bf16(false, false, R, D, bw, 1.0f, dl_low, kBlockStride, w_ref.bf16() + v0 * D, D, beta, dh_part, D);
           } else {
             gemm_f32(true, false, bw, D, R, 1.0f, logits + v0, V, h + r0 * D, D, 1.0f, dw + v0 * D, D);
