@@ -341,10 +341,11 @@ TEST_P(LighterRecompute, SameLossAndBitIdenticalGradients) {
         const double a = stored.forward_backward(d.tokens.data(), d.targets.data(), d.B, d.T, 0.5f, seed).sum;
         const double b = again.forward_backward(d.tokens.data(), d.targets.data(), d.B, d.T, 0.5f, seed).sum;
         EXPECT_EQ(a, b) << sharing;
-    }
-    for (size_t i = 0; i < stored.grads.size(); ++i) ASSERT_EQ(stored.grads[i], again.grads[i]) << sharing << " " << i;
-    EXPECT_EQ(stored.evaluate(d.tokens.data(), d.targets.data(), d.B, d.T).sum,
-              again.evaluate(d.tokens.data(), d.targets.data(), d.B, d.T).sum);
+      }
+      for (size_t i = 0; i < stored.grads.size(); ++i)
+        ASSERT_EQ(stored.grads[i], again.grads[i]) << sharing << " " << i;
+      EXPECT_EQ(stored.evaluate(d.tokens.data(), d.targets.data(), d.B, d.T).sum,
+                again.evaluate(d.tokens.data(), d.targets.data(), d.B, d.T).sum);
     }
   }
 }
