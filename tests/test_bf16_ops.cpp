@@ -9,6 +9,7 @@
 
 #include "core/rng.h"
 #include "core/safetensors.h"
+#include "ops/cpu/gemm.h"
 #include "ops/ops.h"
 
 using namespace ctrl;
@@ -103,4 +104,13 @@ TEST(Bf16Ops, ReluBackwardOnBf16Gradient) {
   ops->relu_forward(TensorRef(y16.data(), DType::BF16), y16.size());
   ops->relu_backward(TensorRef(dx16.data(), DType::BF16), TensorRef(y16.data(), DType::BF16), dx16.size());
   for (size_t i = 0; i < dx16.size(); ++i) ASSERT_EQ(dx16[i], y.f32[i] > 0 ? g.bf16[i] : uint16_t(0)) << i;
+}
+
+// The backend says when a precision is not native: fp16 always on the CPU
+// (no fp16 products), bf16 exactly when oneDNN finds no AVX512-BF16 or AMX.
+TEST(Bf16Ops, PrecisionNoteSaysWhenProductsAreNotNative) {
+  auto ops = make_cpu_ops();
+  EXPECT_EQ(ops->precision_note(DType::F32), "");
+  EXPECT_NE(ops->precision_note(DType::F16).find("widened to fp32"), std::string::npos);
+  EXPECT_EQ(ops->precision_note(DType::BF16).empty(), cpu::cpu_has_native_bf16());
 }

@@ -95,6 +95,8 @@ int run(const std::vector<std::string>& argv) {
   j["cpu"] = cpu_model();
   j["threads"] = omp_get_max_threads();
   j["precision"] = config.train.precision;
+  const std::string note = ops->precision_note(activation_dtype(config.train.precision));
+  if (!note.empty()) j["precision_note"] = note;
   if (args.has("json")) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -109,6 +111,7 @@ int run(const std::vector<std::string>& argv) {
     std::printf("  activations %.1f MiB, parameters %.1f MiB\n", double(model.activation_layout().bytes()) / (1 << 20),
                 double(model.layout().total * sizeof(float)) / (1 << 20));
     std::printf("  peak memory %.0f MiB\n", double(peak_rss) / (1 << 20));
+    if (!note.empty()) std::printf("  note: %s\n", note.c_str());
   }
   if (args.has("profile"))
     std::printf("\ntime per op over all %lld steps:\n%s", static_cast<long long>(warmup + steps),

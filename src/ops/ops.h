@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -63,6 +64,9 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual const char* name() const = 0;
+  // What a user should know about running products in `low` precision on this
+  // backend's hardware (emulated, or no faster than fp32), or "" when it runs natively.
+  virtual std::string precision_note(DType low) const = 0;
 
   // out[N,Dout] = in[N,Din] · w[Dout,Din]ᵀ + b[Dout] (b may be null). With
   // bf16 `in` the weight is its bf16 copy and the product runs in bf16 with

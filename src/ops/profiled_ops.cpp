@@ -12,6 +12,7 @@ class ProfiledOps final : public Ops {
  public:
   explicit ProfiledOps(std::unique_ptr<Ops> inner) : inner_(std::move(inner)) {}
   const char* name() const override { return inner_->name(); }
+  std::string precision_note(DType low) const override { return inner_->precision_note(low); }
 
   struct Entry {
     long calls = 0;

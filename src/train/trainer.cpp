@@ -436,6 +436,8 @@ void Trainer::run() {
                  train_flops_per_token(config_.model) / 1e6, train_hardware_flops_per_token(config_.model) / 1e6,
                  static_cast<long long>(t.steps), static_cast<long long>(t.global_batch),
                  static_cast<long long>(config_.model.n_ctx), omp_get_max_threads());
+  const std::string note = ops_->precision_note(activation_dtype(t.precision));
+  if (!options_.quiet && writer() && !note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
   const auto [fault, fault_step] = test_fault();
   while (state_.step < t.steps) {
     if (fault && comm_->rank() == 1 && state_.step + 1 == fault_step) std::raise(fault);

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 
+#include "ops/cpu/gemm.h"
 #include "ops/cpu/vec_math.h"
 
 namespace ctrl {
@@ -88,6 +89,16 @@ float* CpuOps::f32_scratch(size_t n) {
 uint16_t* CpuOps::bf16_scratch(size_t n) {
   if (bf16_scratch_.size() < n) bf16_scratch_.resize(n);
   return bf16_scratch_.data();
+}
+
+std::string CpuOps::precision_note(DType low) const {
+  if (low == DType::F16)
+    return "this CPU has no fp16 products: fp16 operands are widened to fp32 (fp16 storage, rounding and "
+           "overflow are real; the speed is fp32's)";
+  if (low == DType::BF16 && !cpu_has_native_bf16())
+    return "this CPU has no AVX512-BF16 or AMX: oneDNN emulates the bf16 products (same results, slower than "
+           "fp32; --set train.precision=fp32 is faster here)";
+  return "";
 }
 
 float sinusoid(int64_t pos, int64_t col, int64_t D) {

@@ -11,6 +11,7 @@ namespace ctrl::cpu {
 class CpuOps final : public Ops {
  public:
   const char* name() const override { return "cpu"; }
+  std::string precision_note(DType low) const override;
   void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
                       int64_t Din) override;
   void linear_backward(TensorRef din, float* dw, float* db, TensorRef dout, TensorRef in, TensorRef w, int64_t N,
