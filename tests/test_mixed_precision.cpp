@@ -49,23 +49,44 @@ Config tiny_config(const std::string& data, const std::string& precision) {
   return c;
 }
 
-TEST(MixedPrecision, Bf16LossCurveStaysCloseToFp32) {
+// The `tiny` preset's architecture (L 4, D 256, H 4, F 1024, T 128, V 8000) on
+// the learnable corpus, 200 steps of 4 sequences from the same initial weights.
+Config tiny_preset_config(const std::string& data, const std::string& precision) {
+  Config c = load_config("tiny");
+  for (const char* s : {"train.micro_batch=4", "train.global_batch=4", "train.eval_every=0",
+                        "train.checkpoint_every=0", "train.warmup_steps=20", "train.lr=1e-3", "train.log_every=50",
+                        "train.steps=200"})
+    apply_override(c, s);
+  c.train.data = data;
+  c.train.precision = precision;
+  return c;
+}
+
+// Stated tolerance: at every one of the 200 steps the loss is within 0.02 nats
+// plus 1% of the fp32 run's (measured: at most 0.001 nats apart, from 9.04
+// down to 0.028), the weights stay finite, and fp16's scale (2^16) never
+// overflows here.
+TEST(MixedPrecision, LossCurvesOnTinyStayCloseToFp32) {
   const std::string data = learnable_corpus();
-  TrainerOptions o32{fresh_dir("fp32"), false, true}, o16{fresh_dir("bf16"), false, true};
-  Trainer fp32(tiny_config(data, "fp32"), o32), bf16(tiny_config(data, "bf16"), o16);
+  TrainerOptions o32{fresh_dir("fp32"), false, true};
+  Trainer fp32(tiny_preset_config(data, "fp32"), o32);
   fp32.run();
-  bf16.run();
   const auto& a = fp32.step_losses();
-  const auto& b = bf16.step_losses();
   ASSERT_EQ(a.size(), 200u);
-  ASSERT_EQ(b.size(), 200u);
   EXPECT_LT(a.back(), 0.5 * a.front());  // it learns at all
-  // Stated tolerance: every step within 0.1 nats plus 5% of the fp32 loss.
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(b[i])) << "step " << i;
-    EXPECT_LT(std::abs(a[i] - b[i]), 0.1 + 0.05 * a[i]) << "step " << i;
+  for (const char* precision : {"bf16", "fp16"}) {
+    TrainerOptions o16{fresh_dir(precision), false, true};
+    Trainer low(tiny_preset_config(data, precision), o16);
+    low.run();
+    const auto& b = low.step_losses();
+    ASSERT_EQ(b.size(), a.size()) << precision;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(b[i])) << precision << " step " << i;
+      EXPECT_LT(std::abs(a[i] - b[i]), 0.02 + 0.01 * a[i]) << precision << " step " << i;
+    }
+    for (size_t i = 0; i < low.model().params.size(); ++i) ASSERT_TRUE(std::isfinite(low.model().params[i]));
+    EXPECT_EQ(low.state().scaler.skipped_steps, 0) << precision;
   }
-  for (size_t i = 0; i < bf16.model().params.size(); ++i) ASSERT_TRUE(std::isfinite(bf16.model().params[i]));
 }
 
 TEST(MixedPrecision, Bf16GradientsMatchFp32WithinBf16Rounding) {
@@ -150,20 +171,6 @@ TEST(MixedPrecision, ResumesInBf16AndSwitchesPrecisionOnResume) {
   EXPECT_EQ(switched.state().step, 6);
   switched.run();
   EXPECT_TRUE(std::isfinite(switched.step_losses().back()));
-}
-
-TEST(MixedPrecision, Fp16LossCurveStaysCloseToFp32) {
-  const std::string data = learnable_corpus();
-  TrainerOptions o32{fresh_dir("fp32b"), false, true}, o16{fresh_dir("fp16"), false, true};
-  Trainer fp32(tiny_config(data, "fp32"), o32), fp16(tiny_config(data, "fp16"), o16);
-  fp32.run();
-  fp16.run();
-  const auto& a = fp32.step_losses();
-  const auto& b = fp16.step_losses();
-  ASSERT_EQ(b.size(), a.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_LT(std::abs(a[i] - b[i]), 0.1 + 0.05 * a[i]) << "step " << i;
-  EXPECT_EQ(fp16.state().scaler.skipped_steps, 0);  // 2^16 never overflows here
-  for (size_t i = 0; i < fp16.model().params.size(); ++i) ASSERT_TRUE(std::isfinite(fp16.model().params[i]));
 }
 
 TEST(MixedPrecision, LossScalerSkipsBacksOffAndGrowsAsGradScalerDoes) {
