@@ -9,7 +9,8 @@
 # Then `ctrl bench` on the same preset, micro-batch and precisions (dropout 0,
 # as PyTorch's side) if the binary ($CTRL, else build/ctrl) exists, and a table
 # with the ratios of ctrl to each PyTorch run of the same precision.
-# The JSON of every run is kept in RESULTS (a new temporary folder unless set).
+# The JSON of every run is kept in RESULTS (a new temporary folder unless set),
+# with train_vs_pytorch.svg: tokens/s and peak memory of every run as bars.
 #
 # Knobs (environment): PRESET=small PRECISIONS="fp32 bf16" (fp16: ctrl only) BATCH=8 STEPS=8
 # WARMUP=2 THREADS=$(nproc) CTRL=build/ctrl RESULTS=<folder>
@@ -104,4 +105,28 @@ for prec in ("bf16", "fp16"):
     if c32 and c:
         print(f"ctrl {prec} / ctrl fp32: {c['tokens_per_s'] / c32['tokens_per_s']:.2f}x tokens/s, "
               f"{c['peak_rss_bytes'] / c32['peak_rss_bytes']:.2f}x peak memory")
+
+# The same runs drawn: tokens/s and peak memory as horizontal bars, ctrl in red.
+def panel(x0, title, values, unit):
+    width, top, bar = 330, 50, 24
+    most = max(v for _, v in values) or 1
+    parts = [f"<text x='{x0}' y='32' font-size='14'>{title}</text>"]
+    for i, (name, v) in enumerate(values):
+        y = top + i * (bar + 8)
+        color = "#d62728" if name.startswith("ctrl") else "#1f77b4"
+        w = width * v / most
+        parts.append(f"<text x='{x0 - 8}' y='{y + 16}' text-anchor='end'>{name}</text>")
+        parts.append(f"<rect x='{x0}' y='{y}' width='{w:.1f}' height='{bar}' fill='{color}'/>")
+        parts.append(f"<text x='{x0 + w + 4:.1f}' y='{y + 16}'>{v:,.0f} {unit}</text>")
+    return parts
+if rows:
+    height = 70 + len(rows) * 32
+    svg = [f"<svg xmlns='http://www.w3.org/2000/svg' width='1180' height='{height}' font-family='sans-serif' "
+           "font-size='12'>", "<rect width='100%' height='100%' fill='white'/>"]
+    svg += panel(190, "training throughput (higher is better)", [(n, r["tokens_per_s"]) for n, r in rows], "tok/s")
+    svg += panel(780, "peak memory (lower is better)", [(n, r["peak_rss_bytes"] / 2**20) for n, r in rows], "MiB")
+    svg.append("</svg>")
+    with open(os.path.join(out, "train_vs_pytorch.svg"), "w") as f:
+        f.write("\n".join(svg) + "\n")
+    print(f"chart: {os.path.join(out, 'train_vs_pytorch.svg')}")
 EOF
