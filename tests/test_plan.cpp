@@ -18,8 +18,8 @@
 
 using namespace ctrl;
 
-// Counts the bytes the engine's Buffers request (std::aligned_alloc) while a
-// Model and Optimizer are constructed. The definition here takes the place of
+// Counts the bytes the engine's buffers (Buffer, Buffer16) request
+// (std::aligned_alloc) while a Model and Optimizer are constructed. The definition here takes the place of
 // libc's in this binary and forwards to memalign.
 static std::atomic<bool> g_counting{false};
 static std::atomic<uint64_t> g_counted{0};
@@ -118,6 +118,10 @@ TEST(Plan, PredictedBuffersEqualTheEnginesAllocationExactly) {
       {"tiny", {"model.sharing=all", "model.recompute=cheap"}, 4},
       {"tiny", {"model.sharing=attention", "model.embedding_dim=64", "model.recompute=layers"}, 3},
       {"small", {"model.sharing=ffn", "model.n_layer=3", "train.optimizer=adagrad"}, 2},
+      {"tiny", {"train.precision=bf16"}, 3},
+      {"tiny", {"train.precision=bf16", "model.recompute=cheap", "model.n_ctx=37"}, 2},
+      {"tiny", {"train.precision=bf16", "model.recompute=layers", "model.embedding_dim=64"}, 3},
+      {"tiny", {"train.precision=fp16", "model.sharing=attention"}, 4},
   };
   for (const auto& k : cases) {
     const Config c = config_of(k.preset, k.sets);
@@ -125,7 +129,7 @@ TEST(Plan, PredictedBuffersEqualTheEnginesAllocationExactly) {
     g_counting = true;
     uint64_t optimizer_floats = 0;
     {
-      Model model(c.model, *ops, k.batch);
+      Model model(c.model, *ops, k.batch, activation_dtype(c.train.precision));
       Optimizer optimizer(c.train, model.layout(), *ops);
       g_counting = false;
       for (auto& [name, buffer] : optimizer.state()) optimizer_floats += buffer->size();
@@ -137,24 +141,32 @@ TEST(Plan, PredictedBuffersEqualTheEnginesAllocationExactly) {
     }
     g_counting = false;
     EXPECT_GT(g_counted.load(), 0u);
-    EXPECT_EQ(g_counted.load(), plan::engine_buffer_bytes(c, k.batch)) << k.preset << " B=" << k.batch;
+    EXPECT_EQ(g_counted.load(), plan::engine_buffer_bytes(c, k.batch))
+        << k.preset << " B=" << k.batch << " " << c.train.precision;
   }
 }
 
 TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin10Percent) {
-  // `small` at micro-batch 8: about 0.7 GiB of buffers, one timed step.
-  std::string out;
-  ASSERT_EQ(run(std::string(CTRL_BINARY) + " bench --config small --steps 1 --warmup 0 --json", &out), 0) << out;
-  const auto j = nlohmann::json::parse(out);
-  const double rss = j.at("peak_rss_bytes").get<double>();
-  const Config c = config_of("small");
-  ASSERT_EQ(j.at("micro_batch").get<int64_t>(), c.train.micro_batch);
-  const double predicted = double(plan::memory_for(c, c.train.micro_batch, 1, plan::kCpuRuntimeOverheadBytes).total());
-  EXPECT_NEAR(rss / predicted, 1.0, 0.10) << "peak RSS " << rss << " predicted " << predicted;
-  // And the planner's CPU plan reports that same total.
-  plan::Request r = cpu_request(c, 24);
-  r.micro_batch = c.train.micro_batch;
-  EXPECT_EQ(double(plan::make_plan(r).memory.total()), predicted);
+  // `small` at micro-batch 8: about 0.6-0.7 GiB of buffers, one timed step, in fp32 and bf16.
+  for (const char* precision : {"fp32", "bf16"}) {
+    std::string out;
+    ASSERT_EQ(run(std::string(CTRL_BINARY) + " bench --config small --steps 1 --warmup 0 --json --set train.precision=" +
+                      precision,
+                  &out),
+              0)
+        << out;
+    const auto j = nlohmann::json::parse(out);
+    const double rss = j.at("peak_rss_bytes").get<double>();
+    const Config c = config_of("small", {std::string("train.precision=") + precision});
+    ASSERT_EQ(j.at("micro_batch").get<int64_t>(), c.train.micro_batch);
+    const double predicted =
+        double(plan::memory_for(c, c.train.micro_batch, 1, plan::kCpuRuntimeOverheadBytes).total());
+    EXPECT_NEAR(rss / predicted, 1.0, 0.10) << precision << ": peak RSS " << rss << " predicted " << predicted;
+    // And the planner's CPU plan reports that same total.
+    plan::Request r = cpu_request(c, 24);
+    r.micro_batch = c.train.micro_batch;
+    EXPECT_EQ(double(plan::make_plan(r).memory.total()), predicted) << precision;
+  }
 }
 
 TEST(Plan, FitsAndDoesNotFit) {

@@ -1,43 +1,52 @@
-// A 64-byte-aligned, zero-initialized array of floats that owns its memory.
-// The engine's parameters, gradients, optimizer state and activations are
-// each one of these, sized from the layout tables.
+// A 64-byte-aligned, zero-initialized array that owns its memory. The
+// engine's parameters, gradients, optimizer state and activations are each a
+// Buffer of floats, sized from the layout tables; the 16-bit weight copy of
+// mixed precision is a Buffer16.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <utility>
 
 namespace ctrl {
 
-class Buffer {
+template <typename T>
+class AlignedBuffer {
  public:
-  Buffer() = default;
-  explicit Buffer(size_t n) : n_(n) {
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t n) : n_(n) {
     if (n == 0) return;
-    const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    data_ = static_cast<float*>(std::aligned_alloc(64, bytes));
+    const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+    data_ = static_cast<T*>(std::aligned_alloc(64, bytes));
     if (!data_) throw std::bad_alloc();
     std::memset(data_, 0, bytes);
   }
-  ~Buffer() { std::free(data_); }
-  Buffer(Buffer&& o) noexcept : data_(o.data_), n_(o.n_) { o.data_ = nullptr, o.n_ = 0; }
-  Buffer& operator=(Buffer&& o) noexcept {
+  ~AlignedBuffer() { std::free(data_); }
+  AlignedBuffer(AlignedBuffer&& o) noexcept : data_(o.data_), n_(o.n_) { o.data_ = nullptr, o.n_ = 0; }
+  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(n_, o.n_);
     return *this;
   }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  float* data() { return data_; }
-  const float* data() const { return data_; }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  T* data() { return data_; }
+  const T* data() const { return data_; }
   size_t size() const { return n_; }
-  float& operator[](size_t i) { return data_[i]; }
-  float operator[](size_t i) const { return data_[i]; }
-  void zero() { if (data_) std::memset(data_, 0, n_ * sizeof(float)); }
+  T& operator[](size_t i) { return data_[i]; }
+  T operator[](size_t i) const { return data_[i]; }
+  void zero() {
+    if (data_) std::memset(data_, 0, n_ * sizeof(T));
+  }
 
  private:
-  float* data_ = nullptr;
+  T* data_ = nullptr;
   size_t n_ = 0;
 };
+
+using Buffer = AlignedBuffer<float>;
+using Buffer16 = AlignedBuffer<uint16_t>;  // bf16 or fp16 bit patterns
 
 }  // namespace ctrl

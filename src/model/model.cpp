@@ -15,7 +15,7 @@ Model::Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low)
   params = Buffer(layout_.total);
   grads = Buffer(layout_.total);
   activations_ = Buffer(acts_layout_.total);
-  if (low != DType::F32) low_weights_.resize(layout_.total);
+  if (low != DType::F32) low_weights_ = Buffer16(layout_.total);
   for (int l = 0; l < int(config.n_layer); ++l) {
     auto at = [&](const std::string& suffix) { return layout_.get(layer_param_name(config, l, suffix)).offset; };
     const std::string a = "multi_head_attention.";
@@ -68,7 +68,7 @@ float* Model::branch_gradient(float* d_stream, float* scratch, size_t n, const D
 
 void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed) {
   CTRL_ASSERT(B * T <= acts_layout_.B * acts_layout_.T && T <= config_.n_ctx);
-  if (!low_weights_.empty())
+  if (low_weights_.size())
     ops_.copy(TensorRef(low_weights_.data(), acts_layout_.dtype), params.data(), layout_.total);
   const int64_t N = B * T, D = config_.d_model, E = embedding_width(config_);
   const size_t ND = size_t(N * D);

@@ -93,7 +93,7 @@ class Model {
   ParamLayout layout_;
   ActivationLayout acts_layout_;
   Buffer activations_;
-  std::vector<uint16_t> low_weights_;  // bf16/fp16 copy of params (mixed precision only)
+  Buffer16 low_weights_;  // bf16/fp16 copy of params (mixed precision only)
   // Per-layer parameter offsets, resolved once; layers that share a block
   // (config.sharing) hold the same offsets, so their gradients add up there.
   struct LayerParams {

@@ -38,7 +38,7 @@ Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uin
   const uint64_t padded = zero_ranks > 1 ? shard * uint64_t(zero_ranks) : p;
   Memory m;
   m.weights = padded * 4;
-  m.weights_lowp = low_bytes == 4 ? 0 : p * low_bytes;  // the engine's 16-bit weight copy
+  m.weights_lowp = low_bytes == 4 ? 0 : (p * low_bytes + 63) / 64 * 64;  // the engine's 16-bit copy (Buffer16)
   m.grads = padded * 4;
   m.optimizer = uint64_t(optimizer_state_copies(config.train.optimizer)) * shard * 4;
   m.grad_shard = zero_ranks > 1 ? shard * 4 : 0;

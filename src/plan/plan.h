@@ -47,10 +47,10 @@ Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uin
 uint64_t engine_buffer_bytes(const Config& config, int64_t micro_batch);
 
 // Runtime memory of a CPU process around the engine's buffers (shared
-// libraries, OpenMP and oneDNN threads and caches), measured with
-// `ctrl bench`; see the README, "Planning a run". It includes the 64 MiB of matrices that
-// bench's GEMM-peak measurement holds, so it is slightly high for `ctrl train`.
-constexpr uint64_t kCpuRuntimeOverheadBytes = 100ull << 20;
+// libraries, heap, OpenMP and oneDNN threads, the ops' per-thread scratch),
+// measured with `ctrl bench` at 20-38 MiB over tiny and small, fp32 and bf16,
+// micro-batches 1-32; see the README, "Planning a run".
+constexpr uint64_t kCpuRuntimeOverheadBytes = 40ull << 20;
 // CUDA context, cuBLAS/cuDNN handles and kernels, allocator slack per GPU.
 constexpr uint64_t kGpuRuntimeOverheadBytes = 1ull << 30;
 
