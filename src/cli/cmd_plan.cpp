@@ -8,7 +8,9 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/sysinfo.h"
+#include "model/layout.h"
 #include "ops/cpu/gemm.h"
+#include "ops/ops.h"
 #include "plan/plan.h"
 
 namespace ctrl::cli {
@@ -81,7 +83,11 @@ int run(const std::vector<std::string>& argv) {
     if (!calibrated && r.config.train.precision != "fp16")
       r.cpu_peak_gflops = cpu::measure_gemm_peak_gflops(r.config.train.precision == "bf16", 0.5);
   }
-  const plan::Plan p = plan::make_plan(r);
+  plan::Plan p = plan::make_plan(r);
+  if (r.gpu.empty()) {  // e.g. bf16 on a CPU without AVX512-BF16: emulated, slower than fp32
+    const std::string note = make_cpu_ops()->precision_note(activation_dtype(r.config.train.precision));
+    if (!note.empty()) p.notes.push_back(note);
+  }
   std::printf("%s", args.has("json") ? (plan::plan_json(p) + "\n").c_str() : plan::plan_text(p).c_str());
   return 0;
 }
