@@ -14,6 +14,7 @@
 #include "model/layout.h"
 #include "model/model.h"
 #include "plan/plan.h"
+#include "train/checkpoint.h"
 #include "train/optimizer.h"
 
 using namespace ctrl;
@@ -258,8 +259,8 @@ TEST(Plan, ZeroOneDividesTheOptimizerStateOverRanks) {
   EXPECT_EQ(plan::memory_for(c, 4, 1, 0).total() - plan::memory_for(c, 4, 8, 0).total(),
             2 * total * 4 - 2 * shard * 4 - shard * 4 - 2 * (8 * shard - total) * 4);
   EXPECT_GT(zero.largest_micro_batch, plain.largest_micro_batch);
-  // Saving a checkpoint gathers the whole state again: the note says so.
-  EXPECT_EQ(zero.zero_checkpoint_peak, zero.memory.total() + 2 * shard * 8 * 4);
+  // Saving a checkpoint streams the shards to the writer: one piece of staging on top.
+  EXPECT_EQ(zero.zero_checkpoint_peak, zero.memory.total() + kZeroCheckpointPieceFloats * 4);  // one piece staged
   EXPECT_EQ(plain.zero_checkpoint_peak, 0u);
   // The engine's sharded Optimizer holds exactly the planned shard.
   const Config small = config_of("small", {"model.n_layer=2"});

@@ -130,33 +130,62 @@ uint32_t SafetensorsReader::data_crc32() const {
   return crc32_of(file_.data() + data_begin_, file_.size() - data_begin_);
 }
 
-uint32_t SafetensorsWriter::data_crc32() const {
-  uint32_t crc = 0;
-  for (const auto& e : entries_) crc = crc32_of(e.data, e.nbytes, crc);
-  return crc;
-}
-
 void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  entries_.push_back({name, dtype, std::move(shape), data, size_t(n) * dtype_size(dtype)});
+  entries_.push_back({name, dtype, std::move(shape), data, size_t(n) * dtype_size(dtype), nullptr});
 }
 
-void SafetensorsWriter::write(const std::string& path) const {
+void SafetensorsWriter::add_streamed(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                                     std::function<void(const Emit&)> produce) {
+  add(name, dtype, std::move(shape), nullptr);
+  entries_.back().produce = std::move(produce);
+}
+
+// The JSON header with `crc` as the CRC metadata value (when one is asked for).
+std::string SafetensorsWriter::header(const std::string& crc) const {
   nlohmann::ordered_json header;
-  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  auto metadata = metadata_;
+  if (!crc_key_.empty()) metadata[crc_key_] = crc;
+  if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
   for (const auto& e : entries_) {
     header[e.name] = {{"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.nbytes}}};
     offset += e.nbytes;
   }
-  std::string h = header.dump();
-  while ((h.size() + 8) % 8 != 0) h.push_back(' ');  // align data to 8 bytes
+  return header.dump();
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+  // Room for the longest CRC (10 digits); the real header is padded with
+  // spaces to the same length, with the data aligned to 8 bytes.
+  std::string h = header("4294967295");
+  while ((h.size() + 8) % 8 != 0) h.push_back(' ');
   write_file_atomically(path, [&](std::FILE* f) {
     const uint64_t len = h.size();
     bool ok = std::fwrite(&len, 8, 1, f) == 1 && std::fwrite(h.data(), 1, h.size(), f) == h.size();
-    for (const auto& e : entries_)
-      if (ok && e.nbytes) ok = std::fwrite(e.data, 1, e.nbytes, f) == e.nbytes;
+    uint32_t crc = 0;
+    for (const auto& e : entries_) {
+      if (!ok) break;
+      if (!e.produce) {
+        if (e.nbytes) ok = std::fwrite(e.data, 1, e.nbytes, f) == e.nbytes;
+        crc = crc32_of(e.data, e.nbytes, crc);
+        continue;
+      }
+      size_t produced = 0;
+      e.produce([&](const void* data, size_t nbytes) {
+        ok = ok && std::fwrite(data, 1, nbytes, f) == nbytes;
+        crc = crc32_of(data, nbytes, crc);
+        produced += nbytes;
+      });
+      CTRL_ASSERT(produced == e.nbytes);
+    }
+    if (ok && !crc_key_.empty()) {
+      std::string final_header = header(std::to_string(crc));
+      CTRL_ASSERT(final_header.size() <= h.size());
+      final_header.resize(h.size(), ' ');
+      ok = std::fseek(f, 8, SEEK_SET) == 0 && std::fwrite(final_header.data(), 1, h.size(), f) == h.size();
+    }
     if (!ok) fail(path + ": write failed (disk full?)");
   });
 }

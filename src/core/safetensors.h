@@ -4,6 +4,7 @@
 // Face export/import, checkpoints and test fixtures, so there is one reader.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,14 +51,30 @@ class SafetensorsReader {
 // stay valid until write() returns.
 class SafetensorsWriter {
  public:
+  // Receives a streamed tensor's bytes in order, in one or more calls.
+  using Emit = std::function<void(const void* data, size_t nbytes)>;
   void add(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data);
+  // A tensor whose bytes do not exist whole in memory: write() calls `produce`
+  // once, in entry order, and it must pass exactly the tensor's bytes to emit.
+  void add_streamed(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                    std::function<void(const Emit&)> produce);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  // Stores the CRC-32 of the data section (decimal) under `key` in the
+  // metadata, computed while the data is written; the header goes in last.
+  void set_crc_metadata(const std::string& key) { crc_key_ = key; }
   void write(const std::string& path) const;
-  // CRC-32 of the data section write() will produce, e.g. to store in metadata.
-  uint32_t data_crc32() const;
 
  private:
-  struct Entry { std::string name; DType dtype; std::vector<int64_t> shape; const void* data; size_t nbytes; };
+  struct Entry {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    const void* data;
+    size_t nbytes;
+    std::function<void(const Emit&)> produce;  // set for streamed entries
+  };
+  std::string header(const std::string& crc) const;
+  std::string crc_key_;
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };

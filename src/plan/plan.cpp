@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "model/layout.h"
+#include "train/checkpoint.h"
 
 namespace ctrl::plan {
 
@@ -298,11 +299,11 @@ Plan make_plan(const Request& r) {
   }
   p.memory = memory_for(c, std::max<int64_t>(1, p.micro_batch), zero_ranks, overhead);
   if (r.zero == 1) {
-    const uint64_t full_state = uint64_t(optimizer_state_copies(c.train.optimizer)) * p.memory.grad_shard * p.ranks;
-    p.zero_checkpoint_peak = p.memory.total() + full_state;
-    p.notes.push_back("ZeRO-1: saving a checkpoint all-gathers the whole optimizer state on every rank "
-                      "(train/trainer.cpp), a peak of " + gib(p.zero_checkpoint_peak) + " per rank" +
-                      (p.zero_checkpoint_peak > p.device_memory ? ": MORE than the device has" : ""));
+    // Each rank streams its shard to the writer a piece at a time: one piece of staging.
+    p.zero_checkpoint_peak = p.memory.total() + kZeroCheckpointPieceFloats * sizeof(float);
+    if (p.zero_checkpoint_peak > p.device_memory)
+      p.notes.push_back("ZeRO-1: saving a checkpoint stages one piece of the optimizer state (16 MiB), a peak of " +
+                        gib(p.zero_checkpoint_peak) + " per rank: MORE than the device has");
   }
   const int64_t mb = std::max<int64_t>(1, p.micro_batch);
   p.accumulation_steps = (per_rank + mb - 1) / mb;

@@ -17,7 +17,7 @@ constexpr int kVersion = 1;
 OptimizerState full_state(Optimizer& optimizer) {
   OptimizerState s;
   s.step = optimizer.step_count();
-  for (auto& [name, buffer] : optimizer.state()) s.buffers.emplace_back(name, buffer->data());
+  for (auto& [name, buffer] : optimizer.state()) s.buffers.push_back({name, buffer->data(), nullptr, nullptr});
   return s;
 }
 
@@ -25,10 +25,22 @@ void save_checkpoint(const std::string& path, const CheckpointContents& c, const
                      const OptimizerState* optimizer) {
   SafetensorsWriter w;
   for (const auto& t : model.layout().tensors) w.add(t.name, DType::F32, t.shape, model.params.data() + t.offset);
+  const auto& tensors = model.layout().tensors;
   if (optimizer)
-    for (const auto& [state_name, buffer] : optimizer->buffers)
-      for (const auto& t : model.layout().tensors)
-        w.add("optimizer." + state_name + "." + t.name, DType::F32, t.shape, buffer + t.offset);
+    for (const auto& b : optimizer->buffers)
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        const ParamTensor& t = tensors[i];
+        const std::string name = "optimizer." + b.name + "." + t.name;
+        if (b.data) {
+          w.add(name, DType::F32, t.shape, b.data + t.offset);
+          continue;
+        }
+        const bool last = i + 1 == tensors.size();
+        w.add_streamed(name, DType::F32, t.shape, [&b, &t, last](const SafetensorsWriter::Emit& emit) {
+          b.read(t.offset, t.numel, [&](const float* data, size_t count) { emit(data, count * sizeof(float)); });
+          if (last) b.done();
+        });
+      }
   if (!c.tokenizer.empty())
     w.add("tokenizer.model", DType::U8, {int64_t(c.tokenizer.size())}, c.tokenizer.data());
   nlohmann::json codes = nlohmann::json::array();
@@ -46,7 +58,7 @@ void save_checkpoint(const std::string& path, const CheckpointContents& c, const
   w.set_metadata("loss_scale_clean_steps", std::to_string(c.state.scaler.clean_steps));
   w.set_metadata("skipped_steps", std::to_string(c.state.scaler.skipped_steps));
   w.set_metadata("codes", codes.dump());
-  w.set_metadata("crc32", std::to_string(w.data_crc32()));
+  w.set_crc_metadata("crc32");
   w.write(path);
 }
 

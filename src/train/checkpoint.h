@@ -5,6 +5,7 @@
 // Written atomically; the checksum, format and shapes are verified on load.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,10 +38,24 @@ struct CheckpointContents {
 };
 
 // Full-size (layout.total) optimizer state buffers by name, and the step count.
+// A buffer is in memory (`data`), or is read piece by piece while the file is
+// written (`read`, asked for increasing ranges of elements, then `done`): a
+// ZeRO-1 state, of which each rank holds one shard, never exists whole.
 struct OptimizerState {
+  using Emit = std::function<void(const float* data, size_t count)>;
+  struct Named {
+    std::string name;
+    const float* data = nullptr;
+    std::function<void(size_t begin, size_t count, const Emit& emit)> read;
+    std::function<void()> done;
+  };
   int64_t step = 0;
-  std::vector<std::pair<std::string, const float*>> buffers;
+  std::vector<Named> buffers;
 };
+
+// ZeRO-1 checkpoints stream each rank's optimizer shard to the writer in
+// pieces of this many floats (train/shard_stream.h).
+constexpr size_t kZeroCheckpointPieceFloats = size_t(1) << 22;
 
 // optimizer may be null (e.g. an imported or exported model).
 void save_checkpoint(const std::string& path, const CheckpointContents& contents, const Model& model,

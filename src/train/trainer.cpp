@@ -18,6 +18,7 @@
 #include "core/rng.h"
 #include "core/sysinfo.h"
 #include "train/loss_scaler.h"
+#include "train/shard_stream.h"
 
 namespace ctrl {
 
@@ -400,29 +401,22 @@ void Trainer::evaluate() {
 void Trainer::save() {
   contents_.state = state_;
   OptimizerState optimizer_state = full_state(*optimizer_);
-  std::vector<Buffer> gathered;
+  std::vector<std::unique_ptr<ShardStream>> streams;
   if (options_.zero == 1) {
-    // Every rank contributes its shard in pieces of at most 4M floats per rank;
-    // only rank 0, which writes, holds the whole state, the others one piece.
     optimizer_state.buffers.clear();
-    const size_t ranks = size_t(comm_->size()), piece = size_t(1) << 22;
     for (auto& [name, buffer] : optimizer_->state()) {
-      const size_t shard = buffer->size();
-      if (writer()) gathered.emplace_back(shard * ranks);
-      Buffer staging(std::min(piece, shard) * ranks);
-      for (size_t at = 0; at < shard; at += piece) {
-        const size_t n = std::min(piece, shard - at);
-        comm_->all_gather(buffer->data() + at, staging.data(), n);
-        if (writer())
-          for (size_t r = 0; r < ranks; ++r)
-            std::copy(staging.data() + r * n, staging.data() + (r + 1) * n, gathered.back().data() + r * shard + at);
-      }
-      if (writer()) optimizer_state.buffers.emplace_back(name, gathered.back().data());
+      streams.push_back(
+          std::make_unique<ShardStream>(*comm_, buffer->data(), buffer->size(), kZeroCheckpointPieceFloats));
+      ShardStream* s = streams.back().get();
+      auto read = [s](size_t begin, size_t count, const OptimizerState::Emit& emit) { s->read(begin, count, emit); };
+      optimizer_state.buffers.push_back({name, nullptr, read, [s] { s->finish(); }});
     }
   }
   if (writer()) {
     save_checkpoint(checkpoint_path(options_.run_dir, state_.step), contents_, *model_, &optimizer_state);
     prune_checkpoints(options_.run_dir, config_.train.keep_checkpoints);
+  } else {
+    for (auto& s : streams) s->finish();  // the writer's broadcasts, in its order (buffer by buffer)
   }
 }
 
