@@ -39,9 +39,22 @@ HeadInputs head_inputs(TensorRef qkv, int64_t b, int64_t h, int64_t T, int64_t D
   return {scratch, scratch + T * hd, scratch + 2 * T * hd, hd};
 }
 
-// Per thread: a T×T fp32 block (scores, dP), room for a T×T bf16 block (dS),
-// and four T×hd fp32 slices (q, k, v widened; the output).
-size_t scratch_per_thread(int64_t T, int64_t hd) { return size_t(T * T + (T * T + 1) / 2 + 4 * T * hd); }
+// Runs fn(b, h, block, slices) for every (batch, head) pair, split statically
+// over the threads. Each thread's scratch: `block`, a T×T fp32 block (scores,
+// dP) followed by room for a T×T bf16 block (dS), and `slices`, four T×hd fp32
+// slices (fp16's q, k, v widened and the output; a softmax row in bf16).
+template <typename Fn>
+void for_each_head(std::vector<float>& scratch, int64_t B, int64_t H, int64_t T, int64_t hd, Fn fn) {
+  const int threads = omp_get_max_threads();
+  const size_t per_thread = size_t(T * T + (T * T + 1) / 2 + 4 * T * hd);
+  scratch.resize(size_t(threads) * per_thread);
+#pragma omp parallel num_threads(threads)
+  {
+    float* block = scratch.data() + size_t(omp_get_thread_num()) * per_thread;
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < B * H; ++bh) fn(bh / H, bh % H, block, block + T * T + (T * T + 1) / 2);
+  }
+}
 
 // Causal softmax of the scores in place: row i sees positions 0..i.
 void causal_softmax(float* P, int64_t T) {
@@ -69,38 +82,30 @@ void CpuOps::attention_forward(TensorRef out_ref, TensorRef probs_ref, TensorRef
   CTRL_ASSERT(probs_ref.dtype == (bf16 ? DType::BF16 : DType::F32));
   const int64_t hd = D / H;
   const float scale = 1.0f / std::sqrt(float(hd));
-  const int threads = omp_get_max_threads();
-  attention_scratch_.resize(size_t(threads) * scratch_per_thread(T, hd));
-#pragma omp parallel num_threads(threads)
-  {
-    float* scratch = attention_scratch_.data() + size_t(omp_get_thread_num()) * scratch_per_thread(T, hd);
-    float* slices = scratch + T * T + (T * T + 1) / 2;
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < B * H; ++bh) {
-      const int64_t b = bh / H, h = bh % H;
-      if (bf16) {
-        const uint16_t* q = qkv_ref.bf16() + b * T * 3 * D + h * hd;
-        uint16_t* P = probs_ref.bf16() + bh * T * T;
-        gemm_bf16(false, true, T, T, hd, scale, q, 3 * D, q + D, 3 * D, 0.0f, scratch, T);
-        causal_softmax(scratch, T);
-        to_bf16(scratch, P, T * T);
-        gemm_bf16_bias(false, false, T, hd, T, P, T, q + 2 * D, 3 * D, nullptr, out_ref.bf16() + b * T * D + h * hd,
-                       true, D);
-        continue;
-      }
-      const HeadInputs in = head_inputs(qkv_ref, b, h, T, D, hd, slices);
-      float* P = probs_ref.f32() + bh * T * T;
-      gemm_f32(false, true, T, T, hd, scale, in.q, in.ld, in.k, in.ld, 0.0f, P, T);
-      causal_softmax(P, T);
-      if (!out_ref.is_16bit()) {
-        gemm_f32(false, false, T, hd, T, 1.0f, P, T, in.v, in.ld, 0.0f, out_ref.f32() + b * T * D + h * hd, D);
-        continue;
-      }
-      float* o = slices + 3 * T * hd;
-      gemm_f32(false, false, T, hd, T, 1.0f, P, T, in.v, in.ld, 0.0f, o, hd);
-      for (int64_t t = 0; t < T; ++t) to_f16(o + t * hd, out_ref.u16() + (b * T + t) * D + h * hd, hd);
+  for_each_head(attention_scratch_, B, H, T, hd, [&](int64_t b, int64_t h, float* scores, float* slices) {
+    const int64_t bh = b * H + h;
+    if (bf16) {
+      const uint16_t* q = qkv_ref.bf16() + b * T * 3 * D + h * hd;
+      uint16_t* P = probs_ref.bf16() + bh * T * T;
+      gemm_bf16(false, true, T, T, hd, scale, q, 3 * D, q + D, 3 * D, 0.0f, scores, T);
+      causal_softmax(scores, T);
+      to_bf16(scores, P, T * T);
+      gemm_bf16_bias(false, false, T, hd, T, P, T, q + 2 * D, 3 * D, nullptr, out_ref.bf16() + b * T * D + h * hd, true,
+                     D);
+      return;
     }
-  }
+    const HeadInputs in = head_inputs(qkv_ref, b, h, T, D, hd, slices);
+    float* P = probs_ref.f32() + bh * T * T;
+    gemm_f32(false, true, T, T, hd, scale, in.q, in.ld, in.k, in.ld, 0.0f, P, T);
+    causal_softmax(P, T);
+    if (!out_ref.is_16bit()) {
+      gemm_f32(false, false, T, hd, T, 1.0f, P, T, in.v, in.ld, 0.0f, out_ref.f32() + b * T * D + h * hd, D);
+      return;
+    }
+    float* o = slices + 3 * T * hd;
+    gemm_f32(false, false, T, hd, T, 1.0f, P, T, in.v, in.ld, 0.0f, o, hd);
+    for (int64_t t = 0; t < T; ++t) to_f16(o + t * hd, out_ref.u16() + (b * T + t) * D + h * hd, hd);
+  });
 }
 
 void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRef qkv_ref, TensorRef probs_ref,
@@ -110,44 +115,36 @@ void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRe
   CTRL_ASSERT(probs_ref.dtype == inner && dout_ref.dtype == inner && dqkv_ref.dtype == inner);
   const int64_t hd = D / H;
   const float scale = 1.0f / std::sqrt(float(hd));
-  const int threads = omp_get_max_threads();
-  attention_scratch_.resize(size_t(threads) * scratch_per_thread(T, hd));
-#pragma omp parallel num_threads(threads)
-  {
-    float* dP = attention_scratch_.data() + size_t(omp_get_thread_num()) * scratch_per_thread(T, hd);
-    float* slices = dP + T * T + (T * T + 1) / 2;
-    std::vector<float> p_row(size_t(bf16 ? T : 0));
-#pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < B * H; ++bh) {
-      const int64_t b = bh / H, h = bh % H;
-      if (bf16) {
-        const uint16_t* q = qkv_ref.bf16() + b * T * 3 * D + h * hd;
-        const uint16_t* P = probs_ref.bf16() + bh * T * T;
-        const uint16_t* dO = dout_ref.bf16() + b * T * D + h * hd;
-        uint16_t* dq = dqkv_ref.bf16() + b * T * 3 * D + h * hd;
-        uint16_t* dS = reinterpret_cast<uint16_t*>(dP + T * T);
-        gemm_bf16(false, true, T, T, hd, 1.0f, dO, D, q + 2 * D, 3 * D, 0.0f, dP, T);          // dP = dO·vᵀ
-        gemm_bf16_bias(true, false, T, hd, T, P, T, dO, D, nullptr, dq + 2 * D, true, 3 * D);  // dv = Pᵀ·dO
-        for (int64_t i = 0; i < T; ++i) {  // dS/√hd, rounded once for the two products
-          from_bf16(P + i * T, p_row.data(), i + 1);
-          softmax_backward_row(p_row.data(), dP + i * T, i, T, scale);
-          to_bf16(dP + i * T, dS + i * T, T);
-        }
-        gemm_bf16_bias(false, false, T, hd, T, dS, T, q + D, 3 * D, nullptr, dq, true, 3 * D);  // dq = dS·k/√hd
-        gemm_bf16_bias(true, false, T, hd, T, dS, T, q, 3 * D, nullptr, dq + D, true, 3 * D);   // dk = dSᵀ·q/√hd
-        continue;
+  for_each_head(attention_scratch_, B, H, T, hd, [&](int64_t b, int64_t h, float* dP, float* slices) {
+    const int64_t bh = b * H + h;
+    if (bf16) {
+      const uint16_t* q = qkv_ref.bf16() + b * T * 3 * D + h * hd;
+      const uint16_t* P = probs_ref.bf16() + bh * T * T;
+      const uint16_t* dO = dout_ref.bf16() + b * T * D + h * hd;
+      uint16_t* dq = dqkv_ref.bf16() + b * T * 3 * D + h * hd;
+      uint16_t* dS = reinterpret_cast<uint16_t*>(dP + T * T);
+      float* p_row = slices;
+      gemm_bf16(false, true, T, T, hd, 1.0f, dO, D, q + 2 * D, 3 * D, 0.0f, dP, T);          // dP = dO·vᵀ
+      gemm_bf16_bias(true, false, T, hd, T, P, T, dO, D, nullptr, dq + 2 * D, true, 3 * D);  // dv = Pᵀ·dO
+      for (int64_t i = 0; i < T; ++i) {  // dS/√hd, rounded once for the two products
+        from_bf16(P + i * T, p_row, i + 1);
+        softmax_backward_row(p_row, dP + i * T, i, T, scale);
+        to_bf16(dP + i * T, dS + i * T, T);
       }
-      const HeadInputs in = head_inputs(qkv_ref, b, h, T, D, hd, slices);
-      const float* P = probs_ref.f32() + bh * T * T;
-      const float* dO = dout_ref.f32() + b * T * D + h * hd;
-      float* dq = dqkv_ref.f32() + b * T * 3 * D + h * hd;
-      gemm_f32(false, true, T, T, hd, 1.0f, dO, D, in.v, in.ld, 0.0f, dP, T);       // dP = dO·vᵀ
-      gemm_f32(true, false, T, hd, T, 1.0f, P, T, dO, D, 0.0f, dq + 2 * D, 3 * D);  // dv = Pᵀ·dO
-      for (int64_t i = 0; i < T; ++i) softmax_backward_row(P + i * T, dP + i * T, i, T, 1.0f);
-      gemm_f32(false, false, T, hd, T, scale, dP, T, in.k, in.ld, 0.0f, dq, 3 * D);     // dq = dS·k/√hd
-      gemm_f32(true, false, T, hd, T, scale, dP, T, in.q, in.ld, 0.0f, dq + D, 3 * D);  // dk = dSᵀ·q/√hd
+      gemm_bf16_bias(false, false, T, hd, T, dS, T, q + D, 3 * D, nullptr, dq, true, 3 * D);  // dq = dS·k/√hd
+      gemm_bf16_bias(true, false, T, hd, T, dS, T, q, 3 * D, nullptr, dq + D, true, 3 * D);   // dk = dSᵀ·q/√hd
+      return;
     }
-  }
+    const HeadInputs in = head_inputs(qkv_ref, b, h, T, D, hd, slices);
+    const float* P = probs_ref.f32() + bh * T * T;
+    const float* dO = dout_ref.f32() + b * T * D + h * hd;
+    float* dq = dqkv_ref.f32() + b * T * 3 * D + h * hd;
+    gemm_f32(false, true, T, T, hd, 1.0f, dO, D, in.v, in.ld, 0.0f, dP, T);       // dP = dO·vᵀ
+    gemm_f32(true, false, T, hd, T, 1.0f, P, T, dO, D, 0.0f, dq + 2 * D, 3 * D);  // dv = Pᵀ·dO
+    for (int64_t i = 0; i < T; ++i) softmax_backward_row(P + i * T, dP + i * T, i, T, 1.0f);
+    gemm_f32(false, false, T, hd, T, scale, dP, T, in.k, in.ld, 0.0f, dq, 3 * D);     // dq = dS·k/√hd
+    gemm_f32(true, false, T, hd, T, scale, dP, T, in.q, in.ld, 0.0f, dq + D, 3 * D);  // dk = dSᵀ·q/√hd
+  });
 }
 
 void CpuOps::attention_decode(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t n,
