@@ -12,7 +12,7 @@
 # The JSON of every run is kept in RESULTS (a new temporary folder unless set),
 # with train_vs_pytorch.svg: tokens/s and peak memory of every run as bars.
 #
-# Knobs (environment): PRESET=small PRECISIONS="fp32 bf16" (fp16: ctrl only) BATCH=8 STEPS=8
+# Knobs (environment): PRESET=small PRECISIONS="fp32 bf16 fp16" (fp16: ctrl only) BATCH=8 STEPS=8
 # WARMUP=2 THREADS=$(nproc) CTRL=build/ctrl RESULTS=<folder>
 # TUNED_ENV="VAR=value ..." (extra environment for the tuned runs only, e.g.
 # OMP_WAIT_POLICY=PASSIVE, which helps when other work shares the cores).
@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PRESET=${PRESET:-small}
-PRECISIONS=${PRECISIONS:-fp32 bf16}
+PRECISIONS=${PRECISIONS:-fp32 bf16 fp16}
 BATCH=${BATCH:-8}
 STEPS=${STEPS:-8}
 WARMUP=${WARMUP:-2}
