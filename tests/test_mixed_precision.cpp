@@ -23,17 +23,9 @@ std::string fresh_dir(const std::string& name) { return test_support::fresh_dir(
 // A corpus a model can learn: each code's stream repeats a fixed 37-token phrase.
 std::string learnable_corpus() {
   const std::string dir = fresh_dir("corpus");
-  make_directories(dir);
   std::vector<uint32_t> a, b;
   for (int i = 0; i < 6000; ++i) a.push_back(10 + uint32_t((i * 7) % 37)), b.push_back(60 + uint32_t((i * 11) % 37));
-  write_shard(dir + "/train-A.tok", a, 1, 128);
-  write_shard(dir + "/train-B.tok", b, 1, 128);
-  write_shard(dir + "/valid-A.tok", a, 1, 128);
-  Manifest m;
-  m.vocab_size = 128;
-  m.eos_id = 2;
-  m.codes = {{"A", 3, 1, 1, {"train-A.tok"}, {"valid-A.tok"}}, {"B", 4, 1, 0, {"train-B.tok"}, {}}};
-  m.write(dir);
+  test_support::write_two_code_corpus(dir, a, b, 128);
   return dir;
 }
 

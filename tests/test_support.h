@@ -2,8 +2,13 @@
 #pragma once
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
+
+#include "core/file_io.h"
+#include "data/shard.h"
 
 namespace test_support {
 
@@ -13,6 +18,21 @@ inline std::string fresh_dir(const std::string& prefix, const std::string& name)
   auto p = std::filesystem::temp_directory_path() / (prefix + "_" + name + "_" + std::to_string(getpid()));
   std::filesystem::remove_all(p);
   return p.string();
+}
+
+// A prepared corpus in `dir` with two control codes: A (token 3) trains on
+// `a` and holds `a` out too, B (token 4) trains on `b` and holds nothing out.
+inline void write_two_code_corpus(const std::string& dir, const std::vector<uint32_t>& a,
+                                  const std::vector<uint32_t>& b, uint32_t vocab_size) {
+  ctrl::make_directories(dir);
+  ctrl::write_shard(dir + "/train-A.tok", a, 1, vocab_size);
+  ctrl::write_shard(dir + "/train-B.tok", b, 1, vocab_size);
+  ctrl::write_shard(dir + "/valid-A.tok", a, 1, vocab_size);
+  ctrl::Manifest m;
+  m.vocab_size = vocab_size;
+  m.eos_id = 2;
+  m.codes = {{"A", 3, 1, 1, {"train-A.tok"}, {"valid-A.tok"}}, {"B", 4, 1, 0, {"train-B.tok"}, {}}};
+  m.write(dir);
 }
 
 }  // namespace test_support

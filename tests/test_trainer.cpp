@@ -94,18 +94,10 @@ TEST(Trainer, CorruptCheckpointIsRejectedAndResumeFallsBack) {
 
 TEST(Batches, SequencesStartWithTheControlCodeAndTargetsShiftByOne) {
   const std::string dir = fresh_dir("batches");
-  make_directories(dir);
   std::vector<uint32_t> a, b;
   for (uint32_t i = 0; i < 40; ++i) a.push_back(10 + i);   // code A's text: 10, 11, 12, ...
   for (uint32_t i = 0; i < 40; ++i) b.push_back(100 + i);  // code B's text: 100, 101, ...
-  write_shard(dir + "/train-A.tok", a, 1, 200);
-  write_shard(dir + "/train-B.tok", b, 1, 200);
-  write_shard(dir + "/valid-A.tok", a, 1, 200);
-  Manifest m;
-  m.vocab_size = 200;
-  m.eos_id = 2;
-  m.codes = {{"A", 3, 1, 1, {"train-A.tok"}, {"valid-A.tok"}}, {"B", 4, 1, 0, {"train-B.tok"}, {}}};
-  m.write(dir);
+  test_support::write_two_code_corpus(dir, a, b, 200);
   auto data = std::make_shared<Dataset>(Dataset::open(dir));
   Batches batches = Batches::from_dataset(data, 8, 7);
   std::vector<int32_t> tokens(8 * 64), targets(8 * 64);
