@@ -29,5 +29,10 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+mkdir -p build
+if ! cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > build/configure.log 2>&1; then
+  cat build/configure.log >&2
+  exit 1
+fi
+grep -- "skipped:" build/configure.log | sed 's/^-- //' || true  # optional parts left out, one line each
 cmake --build build -j"$(nproc)"
