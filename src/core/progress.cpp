@@ -6,12 +6,12 @@
 
 namespace ctrl {
 
-Progress::Progress(std::string label, uint64_t total, std::string unit)
+Progress::Progress(std::string label, uint64_t total, std::string unit, std::FILE* out)
     : label_(std::move(label)), unit_(std::move(unit)), total_(total),
-      start_(std::chrono::steady_clock::now()), last_draw_(start_), tty_(isatty(2)) {}
+      start_(std::chrono::steady_clock::now()), last_draw_(start_), out_(out), tty_(isatty(fileno(out))) {}
 
 Progress::~Progress() {
-  if (!finished_ && tty_ && done_ > 0) std::fputc('\n', stderr);
+  if (!finished_ && tty_ && done_ > 0) std::fputc('\n', out_);
 }
 
 double Progress::elapsed_seconds() const {
@@ -66,9 +66,9 @@ void Progress::draw(bool final_line, const std::string& extra) {
   if (final_line) line += ", took " + format_duration(t);
   else if (total_ > 0 && rate > 0) line += ", ETA " + format_duration((double(total_) - double(done_)) / rate);
   if (!extra.empty()) line += ", " + extra;
-  if (tty_) std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), final_line ? "\n" : "");
-  else std::fprintf(stderr, "%s\n", line.c_str());
-  std::fflush(stderr);
+  if (tty_) std::fprintf(out_, "\r\033[K%s%s", line.c_str(), final_line ? "\n" : "");
+  else std::fprintf(out_, "%s\n", line.c_str());
+  std::fflush(out_);
 }
 
 }  // namespace ctrl

@@ -4,6 +4,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 namespace ctrl {
@@ -11,7 +12,8 @@ namespace ctrl {
 class Progress {
  public:
   // total may be 0 when unknown (then no ETA is shown). unit names what is counted.
-  Progress(std::string label, uint64_t total, std::string unit);
+  // Lines go to `out` (stderr unless a caller has redirected fd 2 and kept the terminal).
+  Progress(std::string label, uint64_t total, std::string unit, std::FILE* out = stderr);
   ~Progress();
   void set_total(uint64_t total) { total_ = total; }
   // Advances to `done` (absolute) and redraws if enough time has passed.
@@ -28,6 +30,7 @@ class Progress {
   std::string label_, unit_;
   uint64_t total_, done_ = 0;
   std::chrono::steady_clock::time_point start_, last_draw_;
+  std::FILE* out_;
   bool tty_, finished_ = false;
 };
 

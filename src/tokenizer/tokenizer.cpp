@@ -14,6 +14,7 @@
 #include "core/file_io.h"
 #include "core/progress.h"
 #include "corpus/clean.h"
+#include "tokenizer/trainer_log.h"
 
 namespace ctrl {
 
@@ -26,7 +27,8 @@ constexpr size_t kMaxSentenceBytes = 16384;
 // Adapts a SentenceSource to SentencePiece's pull iterator, with progress.
 class Feeder : public sentencepiece::SentenceIterator {
  public:
-  Feeder(SentenceSource& source) : source_(source), progress_("tokenizer: reading sentences", source.size_hint(), "sentences") {
+  Feeder(SentenceSource& source, std::FILE* terminal)
+      : source_(source), progress_("tokenizer: reading sentences", source.size_hint(), "sentences", terminal) {
     source_.rewind();
     Next();
   }
@@ -83,20 +85,18 @@ uint32_t train_tokenizer(SentenceSource& sentences, const TokenizerTrainOptions&
         {"shuffle_input_sentence", "true"},
         {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
         {"num_threads", std::to_string(thread_count(options.threads))},
-        {"minloglevel", "1"},
+        {"minloglevel", "0"},  // TrainerLog turns the informational lines into progress
     };
     if (!symbols.empty()) args["user_defined_symbols"] = symbols;
     sentencepiece::SetRandomGeneratorSeed(options.seed);
     std::string model;
-    Progress progress("tokenizer: training unigram model (" + std::to_string(vocab) + " pieces)", 1, "model");
     sentencepiece::util::Status status;
     {
-      Feeder feeder(sentences);
+      TrainerLog log("tokenizer: training unigram model (" + std::to_string(vocab) + " pieces)", vocab);
+      Feeder feeder(sentences, log.terminal());
       status = sentencepiece::SentencePieceTrainer::Train(args, &feeder, &model);
     }
     if (status.ok()) {
-      progress.update(1);
-      progress.finish();
       write_file_atomically(model_path, model);
       return vocab;
     }
