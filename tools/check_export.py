@@ -5,7 +5,10 @@ transformers' CTRLLMHeadModel.from_pretrained, runs the `input_ids` of the
 reference file and compares with its `logits`. Prints the max abs difference;
 exits 1 if it exceeds --tol (default 1e-4, fp32), 2 if the files are unusable.
 
-Usage: /usr/bin/python3 tools/check_export.py DIR REFERENCE.safetensors
+Runs in the virtual environment that tools/setup_python.sh creates (.venv:
+current torch and transformers from PyPI; Debian's python3-torch is not used).
+Usage: .venv/bin/python tools/check_export.py DIR REFERENCE.safetensors
+See docs/training.md ("Checking an export against transformers").
 """
 import argparse
 import sys

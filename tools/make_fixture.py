@@ -4,8 +4,11 @@ freshly initialised Hugging Face CTRLLMHeadModel (weights under their HF
 state-dict names), a random batch, the logits, loss and every parameter
 gradient, and short AdamW and Adagrad (TensorFlow semantics) trajectories.
 
-Run with Debian's python (/usr/bin/python3, python3-torch 1.13) after
-tools/setup_python.sh. See the README section "PyTorch / Hugging Face oracle" for the meaning of every tensor.
+Run in the virtual environment that tools/setup_python.sh creates (.venv:
+current torch and transformers from PyPI; Debian's python3-torch is not used):
+    bash tools/setup_python.sh
+    .venv/bin/python tools/make_fixture.py --seed 1234 --out FILE.safetensors ...
+See docs/testing.md ("The PyTorch / Hugging Face oracle") for the meaning of every tensor.
 """
 import argparse
 import copy
