@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """PyTorch's side of the training benchmark: trains Hugging Face
 CTRLLMHeadModel on synthetic random tokens and reports tokens/s, it/s and
 peak RSS, with the torch version, BLAS and threads it ran with.
@@ -7,7 +7,7 @@ A step is the full training step ctrl also does: zero_grad, forward with
 labels, backward, global-norm clip 1.0, AdamW(0.9, 0.95) step at lr 1e-4,
 dropout 0. Timing starts after --warmup-steps; tokens/s = B*T*steps / time.
 
-Run with Debian's python: /usr/bin/python3 bench/pytorch_train.py --preset small
+Run in the PyPI environment (bash tools/setup_python.sh): .venv/bin/python bench/pytorch_train.py --preset small
 """
 import argparse
 import ctypes

@@ -1,11 +1,12 @@
 #!/bin/bash
 # Training throughput, ctrl against PyTorch (Hugging Face CTRLLMHeadModel) on
 # the same preset, in one run. PyTorch runs twice per precision:
-#   defaults: the environment as it is (torch's own thread count, OpenBLAS as
-#             configured, glibc malloc);
+#   defaults: the environment as it is (torch's own thread count, glibc malloc);
 #   tuned:    torch.set_num_threads(THREADS), OPENBLAS_CORETYPE and
-#             OPENBLAS_L2_SIZE unset (OpenBLAS picks its AVX-512 kernels where
-#             the CPU has them), Debian's tcmalloc preloaded.
+#             OPENBLAS_L2_SIZE unset (they matter only to an OpenBLAS build of
+#             torch; PyPI's x86 wheels use MKL), Debian's tcmalloc preloaded.
+# PyTorch is the peer users install: torch 2.x from PyPI in .venv
+# (tools/setup_python.sh), or any python with torch given as PY=.
 # Then `ctrl bench` on the same preset, micro-batch and precisions (dropout 0,
 # as PyTorch's side) if the binary ($CTRL, else build/ctrl) exists, and a table
 # with the ratios of ctrl to each PyTorch run of the same precision.
@@ -26,7 +27,8 @@ STEPS=${STEPS:-8}
 WARMUP=${WARMUP:-2}
 THREADS=${THREADS:-$(nproc)}
 CTRL=${CTRL:-build/ctrl}
-PY=/usr/bin/python3   # Debian's python with python3-torch (tools/setup_python.sh)
+PY=${PY:-.venv/bin/python}   # today's PyTorch from PyPI (bash tools/setup_python.sh)
+[ -x "$PY" ] || { echo "train_vs_pytorch: no $PY (run: bash tools/setup_python.sh)" >&2; exit 2; }
 
 TCMALLOC=$(ldconfig -p | awk '/libtcmalloc_minimal\.so\.4 / && !f {print $NF; f = 1}')
 if [ -z "$TCMALLOC" ]; then

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Checks a Hugging Face model directory (config.json + model.safetensors, as
 `ctrl export hf` writes it) against reference logits: loads it with
 transformers' CTRLLMHeadModel.from_pretrained, runs the `input_ids` of the

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes an oracle fixture for ctrl's tests: one safetensors file holding a
 freshly initialised Hugging Face CTRLLMHeadModel (weights under their HF
 state-dict names), a random batch, the logits, loss and every parameter
