@@ -3,8 +3,10 @@
 # built-in Japanese corpus (Debian's Japanese documentation), train the `tiny`
 # model on it, then generate text under each of its control codes.
 # Environment: RUN (default runs/tiny), DATA (default data/default), STEPS.
+# Ends by naming its outputs: the loss plot, the metrics and the samples.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$(date +%s)
 bash scripts/setup.sh
 DATA="${DATA:-data/default}"
 RUN="${RUN:-runs/tiny}"
@@ -15,11 +17,22 @@ fi
 resume=()
 [ -d "$RUN/checkpoints" ] && [ -n "$(ls -A "$RUN/checkpoints" 2>/dev/null)" ] && resume=(--resume)
 build/ctrl train --config tiny --data "$DATA" --out "$RUN" --set train.steps="$STEPS" "${resume[@]}"
-ckpt=$(ls "$RUN"/checkpoints/step-*.ckpt | tail -n 1)
+ckpt=$(ls "$RUN"/checkpoints/step-*.ckpt | sort -V | tail -n 1)
 codes=$(python3 -c "import json,sys; print(' '.join(c['name'] for c in json.load(open(sys.argv[1]))['codes']))" "$DATA/manifest.json")
+samples="$RUN/samples.txt"
+: > "$samples.tmp"
 for code in $codes; do
-  echo "=== $code"
+  echo "=== $code" | tee -a "$samples.tmp"
   # A few-minute `tiny` model repeats itself under CTRL's near-greedy setting, so sample instead.
-  build/ctrl generate --model "$ckpt" --control "$code" --max-tokens 80 --temperature 0.8 --top-k 40 --seed 1
+  build/ctrl generate --model "$ckpt" --control "$code" --max-tokens 80 --temperature 0.8 --top-k 40 --seed 1 |
+    tee -a "$samples.tmp"
 done
-echo "loss curve: $RUN/loss.svg, metrics: $RUN/metrics.jsonl"
+mv "$samples.tmp" "$samples"
+secs=$(( $(date +%s) - start ))
+echo
+echo "main job done in $((secs / 60))m$((secs % 60))s on $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores"
+echo "  loss curve: $RUN/loss.svg"
+echo "  metrics:    $RUN/metrics.jsonl"
+echo "  samples:    $samples"
+echo "  checkpoint: $ckpt"
+echo "  corpus:     $DATA (manifest.json, tokenizer, shards)"
