@@ -11,6 +11,7 @@
 #include "core/safetensors.h"
 #include "ops/cpu/gemm.h"
 #include "ops/ops.h"
+#include "test_support.h"
 
 using namespace ctrl;
 
@@ -47,7 +48,7 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
 }  // namespace
 
 TEST(Bf16Ops, AttentionMatchesFp32) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();
   const int64_t B = 2, T = 33, D = 32, H = 4;  // T not a multiple of the vector width
   const auto qkv = rounded(size_t(B * T * 3 * D), 1), dout = rounded(size_t(B * T * D), 2);
   std::vector<float> out32(B * T * D), probs32(B * H * T * T), dqkv32(B * T * 3 * D);
@@ -71,7 +72,7 @@ TEST(Bf16Ops, AttentionMatchesFp32) {
 }
 
 TEST(Bf16Ops, LinearBackwardWithBf16GradientsMatchesFp32) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();
   const int64_t N = 45, Dout = 24, Din = 40;
   const auto x = rounded(size_t(N * Din), 4), w = rounded(size_t(Dout * Din), 5, 0.2),
              dy = rounded(size_t(N * Dout), 6);
@@ -98,7 +99,7 @@ TEST(Bf16Ops, LinearBackwardWithBf16GradientsMatchesFp32) {
 }
 
 TEST(Bf16Ops, ReluBackwardOnBf16Gradient) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();
   const auto y = rounded(1000, 7), g = rounded(1000, 8);
   std::vector<uint16_t> y16 = y.bf16, dx16 = g.bf16;
   ops->relu_forward(TensorRef(y16.data(), DType::BF16), y16.size());
@@ -109,7 +110,7 @@ TEST(Bf16Ops, ReluBackwardOnBf16Gradient) {
 // The backend says when a precision is not native: fp16 always on the CPU
 // (no fp16 products), bf16 exactly when oneDNN finds no AVX512-BF16 or AMX.
 TEST(Bf16Ops, PrecisionNoteSaysWhenProductsAreNotNative) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();
   EXPECT_EQ(ops->precision_note(DType::F32), "");
   EXPECT_NE(ops->precision_note(DType::F16).find("widened to fp32"), std::string::npos);
   EXPECT_EQ(ops->precision_note(DType::BF16).empty(), cpu::cpu_has_native_bf16());

@@ -37,6 +37,7 @@
 #include "core/safetensors.h"
 #include "model/model.h"
 #include "ops/ops.h"
+#include "test_support.h"
 
 using namespace ctrl;
 
@@ -123,7 +124,7 @@ double max_abs_diff(const float* a, const float* b, size_t n) {
 
 TEST(GradCheck, CheckerDetectsAOnePercentError) {
   // The tolerances above must be tight enough to see a small scaling bug.
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();
   const int64_t N = 4, Din = 5, Dout = 3;
   auto x = randn(N * Din, 1), w = randn(Dout * Din, 2), r = randn(N * Dout, 3);
   std::vector<float> out(N * Dout), dx(N * Din), dw(Dout * Din, 0.0f);
@@ -137,7 +138,7 @@ TEST(GradCheck, CheckerDetectsAOnePercentError) {
 }
 
 TEST(GradCheck, Linear) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();
   const int64_t N = 5, Din = 7, Dout = 6;
   auto x = randn(N * Din, 1), w = randn(Dout * Din, 2, 0.5), b = randn(Dout, 3, 0.5), r = randn(N * Dout, 4);
   std::vector<float> out(N * Dout);
@@ -175,7 +176,7 @@ TEST(GradCheck, Linear) {
 }
 
 TEST(GradCheck, LayerNorm) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();
   const int64_t N = 4, D = 10;
   auto x = randn(N * D, 1, 1.0, 0.5), gamma = randn(D, 2, 0.3, 1.0), beta = randn(D, 3, 0.3), r = randn(N * D, 4);
   std::vector<float> out(N * D), mean(N), rstd(N);
@@ -202,7 +203,7 @@ TEST(GradCheck, LayerNorm) {
 }
 
 TEST(GradCheck, CausalAttention) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();
   // Three heads of width 4; T = 7 is not a power of two.
   const int64_t B = 2, T = 7, D = 12, H = 3;
   auto qkv = randn(B * T * 3 * D, 1), r = randn(B * T * D, 2);
@@ -234,7 +235,7 @@ TEST(GradCheck, CausalAttention) {
 }
 
 TEST(GradCheck, EmbeddingWithRepeatedTokensAndScale) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();
   const int64_t B = 2, T = 6, D = 8, V = 5;
   const float scale = std::sqrt(float(D));
   const std::vector<int32_t> tokens = {3, 1, 3, 3, 0, 4, 1, 1, 2, 3, 0, 3};  // repeats within and across rows
@@ -262,7 +263,7 @@ TEST(GradCheck, EmbeddingWithRepeatedTokensAndScale) {
 }
 
 TEST(GradCheck, Relu) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();
   const size_t n = 40;
   auto x = randn(n, 1), r = randn(n, 2);
   for (float& v : x) v = v < 0 ? v - 0.1f : v + 0.1f;  // keep every input 0.1 away from the kink
@@ -279,7 +280,7 @@ TEST(GradCheck, Relu) {
 }
 
 TEST(GradCheck, DropoutBackwardIsTheSameMask) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();
   const size_t n = 1000;
   const DropoutSpec spec{0.3f, 5, 2};
   auto x = randn(n, 1), r = randn(n, 2);
@@ -316,7 +317,7 @@ TEST(GradCheck, DropoutBackwardIsTheSameMask) {
 }
 
 TEST(GradCheck, ResidualAdd) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();
   const size_t n = 300;
   for (float p : {0.0f, 0.25f}) {
     const DropoutSpec spec{p, 9, 4};
@@ -341,7 +342,7 @@ TEST(GradCheck, ResidualAdd) {
 }
 
 TEST(GradCheck, LmHeadLossWithIgnoredTargetsAndGradScale) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();
   const int64_t N = 7, D = 6, V = 9, chunk = 3;  // chunks of 3, 3 and 1 rows
   const float grad_scale = 0.37f;
   const std::vector<int32_t> targets = {4, -1, 0, 8, 4, -1, 2};
@@ -403,7 +404,7 @@ TEST(GradCheck, LmHeadLossWithIgnoredTargetsAndGradScale) {
 // (inputs rounded to bf16, logit gradients rounded before the products) match
 // a double-precision reference of loss, dh, dw and db.
 TEST(GradCheck, LmHeadAcrossVocabularyBlocksMatchesDoubleReference) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();
   const int64_t N = 37, D = 24, V = 5000, chunk = 16;
   const float grad_scale = 0.5f;
   std::vector<int32_t> targets(N);
@@ -481,7 +482,7 @@ void randomize(Model& m, uint64_t seed) {
     const ParamTensor& t = m.layout().tensors[k];
     const bool ln_weight = t.name.find("layernorm") != std::string::npos && t.name.find("weight") != std::string::npos;
     const auto v = randn(t.numel, seed * 1000 + k, t.is_matrix ? 0.3 : 0.2, ln_weight ? 1.0 : 0.0);
-    std::copy(v.begin(), v.end(), m.params.data() + t.offset);
+    m.params.upload(v.data(), t.numel, t.offset);
   }
 }
 
@@ -517,7 +518,8 @@ struct SingleThreaded {
 // Checks every element of every parameter tensor of `model` against central
 // differences of `loss` (a function of the parameters), given the analytic
 // gradient buffer.
-void check_every_parameter(Model& model, const Buffer& analytic, const std::function<double()>& loss,
+// The parameters are perturbed in a host copy, uploaded before each loss.
+void check_every_parameter(Model& model, const std::vector<float>& analytic, const std::function<double()>& loss,
                            const std::string& what) {
   SingleThreaded one;
   // CTRL_GRADCHECK_STEP overrides the step, to reproduce the measurements above.
@@ -528,14 +530,19 @@ void check_every_parameter(Model& model, const Buffer& analytic, const std::func
     std::printf("  step %g, loss %.4f, noise floor %.2e\n", step, loss(), floor);
   for (const auto& t : model.layout().tensors) {
     if (std::getenv("CTRL_GRADCHECK_VERBOSE")) std::printf("%s", t.name.c_str());
-    const CheckResult r =
-        check_gradient(model.params.data() + t.offset, analytic.data() + t.offset, t.numel, step, loss);
+    std::vector<float> host = model.read_param(t.name);
+    auto perturbed_loss = [&] {
+      model.params.upload(host.data(), t.numel, t.offset);
+      return loss();
+    };
+    const CheckResult r = check_gradient(host.data(), analytic.data() + t.offset, t.numel, step, perturbed_loss);
+    model.params.upload(host.data(), t.numel, t.offset);  // restored
     EXPECT_GRAD_FLOOR(r, kModelTol, floor, what << " " << t.name);
   }
 }
 
 TEST(GradCheck, WholeModelEveryParameter) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Batch d;
   Model model(tiny_config(0.0), *ops, d.B);
   randomize(model, 1);
@@ -544,26 +551,24 @@ TEST(GradCheck, WholeModelEveryParameter) {
   EXPECT_EQ(fb.count, 8);
   const LossSum ev = model.evaluate(d.tokens.data(), d.targets.data(), d.B, d.T);
   EXPECT_NEAR(fb.sum, ev.sum, 1e-5);  // no dropout: training forward = evaluation forward
-  Buffer analytic(model.grads.size());
-  std::copy(model.grads.data(), model.grads.data() + model.grads.size(), analytic.data());
+  const std::vector<float> analytic = model.grads.to_host();
   check_every_parameter(
       model, analytic, [&] { return model.evaluate(d.tokens.data(), d.targets.data(), d.B, d.T).sum; }, "model");
 }
 
 TEST(GradCheck, WholeModelWithDropoutUsesTheSameMasks) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Batch d;
   Model model(tiny_config(0.3), *ops, d.B);
   randomize(model, 2);
   const uint64_t seed = 7;
   model.zero_grads();
   const LossSum fb = model.forward_backward(d.tokens.data(), d.targets.data(), d.B, d.T, 1.0f, seed);
-  Buffer analytic(model.grads.size());
-  std::copy(model.grads.data(), model.grads.data() + model.grads.size(), analytic.data());
+  const std::vector<float> analytic = model.grads.to_host();
   // grad_scale 0 gives the dropped-out loss and adds nothing to the gradients.
   auto loss = [&] { return model.forward_backward(d.tokens.data(), d.targets.data(), d.B, d.T, 0.0f, seed).sum; };
   EXPECT_EQ(loss(), fb.sum);  // masks are a pure function of the seed
-  EXPECT_EQ(max_abs_diff(model.grads.data(), analytic.data(), analytic.size()), 0.0);
+  EXPECT_EQ(max_abs_diff(model.grads.to_host().data(), analytic.data(), analytic.size()), 0.0);
   // Dropout is really active: another seed and the evaluation differ.
   EXPECT_GT(std::abs(model.forward_backward(d.tokens.data(), d.targets.data(), d.B, d.T, 0.0f, seed + 1).sum - fb.sum),
             1e-3);
@@ -572,34 +577,33 @@ TEST(GradCheck, WholeModelWithDropoutUsesTheSameMasks) {
 }
 
 TEST(GradCheck, ParameterGradientsAccumulateAcrossCalls) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Batch d;
   Model model(tiny_config(0.0), *ops, d.B);
   randomize(model, 3);
   model.zero_grads();
   model.forward_backward(d.tokens.data(), d.targets.data(), d.B, d.T, 0.5f, 0);
-  Buffer once(model.grads.size());
-  std::copy(model.grads.data(), model.grads.data() + model.grads.size(), once.data());
+  const std::vector<float> once = model.grads.to_host();
   model.forward_backward(d.tokens.data(), d.targets.data(), d.B, d.T, 0.5f, 0);
+  const std::vector<float> twice = model.grads.to_host();
   double scale = 0, err = 0;
   for (size_t i = 0; i < once.size(); ++i) {
     scale = std::max(scale, double(std::abs(once[i])));
-    err = std::max(err, double(std::abs(model.grads[i] - 2.0f * once[i])));
+    err = std::max(err, double(std::abs(twice[i] - 2.0f * once[i])));
   }
   EXPECT_GT(scale, 0.0);
   EXPECT_LT(err / scale, 1e-6);
 }
 
 TEST(GradCheck, MicroBatchesSumToTheConcatenatedBatch) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Batch d;
   Model model(tiny_config(0.0), *ops, d.B);
   randomize(model, 4);
   const float grad_scale = 1.0f / 8.0f;  // e.g. 1 / tokens of the global batch
   model.zero_grads();
   const LossSum whole = model.forward_backward(d.tokens.data(), d.targets.data(), d.B, d.T, grad_scale, 0);
-  Buffer expected(model.grads.size());
-  std::copy(model.grads.data(), model.grads.data() + model.grads.size(), expected.data());
+  const std::vector<float> expected = model.grads.to_host();
   model.zero_grads();
   LossSum parts;
   for (int64_t b = 0; b < d.B; ++b) {
@@ -610,11 +614,12 @@ TEST(GradCheck, MicroBatchesSumToTheConcatenatedBatch) {
   }
   EXPECT_EQ(parts.count, whole.count);
   EXPECT_NEAR(parts.sum, whole.sum, 1e-5);
+  const std::vector<float> summed = model.grads.to_host();
   for (const auto& t : model.layout().tensors) {
     double scale = 1e-6, err = 0;
     for (size_t i = t.offset; i < t.offset + t.numel; ++i) {
       scale = std::max(scale, double(std::abs(expected[i])));
-      err = std::max(err, double(std::abs(model.grads[i] - expected[i])));
+      err = std::max(err, double(std::abs(summed[i] - expected[i])));
     }
     if (t.name.find("Wk.bias") != std::string::npos) {
       EXPECT_LT(err, 1e-6) << t.name;  // exact value 0

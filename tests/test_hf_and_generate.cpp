@@ -10,6 +10,7 @@
 #include "core/file_io.h"
 #include "generate/generator.h"
 #include "io/hf.h"
+#include "test_support.h"
 
 using namespace ctrl;
 
@@ -26,7 +27,7 @@ TEST(HuggingFace, ImportsADirectoryWrittenByTransformersAndReproducesItsLogits) 
   import_hf(kFixtures + "hf_tiny", ckpt_path, {{"Wiki", 5}}, "");
   Checkpoint ckpt(ckpt_path);
   EXPECT_EQ(ckpt.contents().codes.size(), 1u);
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   SafetensorsReader ref(kFixtures + "hf_tiny_logits.safetensors");
   const auto& ids = ref.get("input_ids");
   const int64_t B = ids.shape[0], T = ids.shape[1];
@@ -50,11 +51,12 @@ TEST(HuggingFace, ExportThenImportKeepsEveryParameterAndTheControlCodes) {
   import_hf(dir, second, {}, "");  // codes come back from config.json's control_codes
   Checkpoint a(first), b(second);
   ASSERT_EQ(b.contents().codes.size(), 2u);
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Model ma(a.config().model, *ops, 0), mb(b.config().model, *ops, 0);
   a.load_parameters(ma);
   b.load_parameters(mb);
-  for (size_t i = 0; i < ma.params.size(); ++i) ASSERT_EQ(ma.params[i], mb.params[i]);
+  const std::vector<float> pa = ma.params.to_host(), pb = mb.params.to_host();
+  for (size_t i = 0; i < pa.size(); ++i) ASSERT_EQ(pa[i], pb[i]);
 }
 
 TEST(HuggingFace, RejectsWhatItCannotRead) {
@@ -72,10 +74,12 @@ TEST(HuggingFace, RejectsWhatItCannotRead) {
 TEST(Generator, KeyValueCachePathEqualsTheFullForwardPass) {
   ModelConfig c;
   c.vocab_size = 40, c.n_layer = 2, c.d_model = 24, c.n_head = 3, c.d_ff = 30, c.n_ctx = 12, c.seed = 3;
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Model model(c, *ops, 1);
   model.init_weights();
-  for (size_t i = 0; i < model.params.size(); ++i) model.params[i] += 0.01f * float(int(i % 7) - 3);
+  std::vector<float> p = model.params.to_host();
+  for (size_t i = 0; i < p.size(); ++i) p[i] += 0.01f * float(int(i % 7) - 3);
+  model.params.from_host(p);
   std::vector<int32_t> tokens = {1, 5, 9, 2, 33, 7, 7, 0, 12, 39};
   const int64_t T = int64_t(tokens.size());
   std::vector<float> full(size_t(T * c.vocab_size));

@@ -27,6 +27,7 @@
 #include "io/hf.h"
 #include "model/model.h"
 #include "train/trainer.h"
+#include "test_support.h"
 
 using namespace ctrl;
 
@@ -60,14 +61,15 @@ void randomize(Model& m, uint64_t seed) {
     const ParamTensor& t = m.layout().tensors[k];
     const bool ln_weight = t.name.find("layernorm") != std::string::npos && t.name.find("weight") != std::string::npos;
     const bool relu_bias = t.name.find("ffn.0.bias") != std::string::npos;
-    float* p = m.params.data() + t.offset;
+    std::vector<float> p(t.numel);
     for (size_t i = 0; i < t.numel; ++i)
       p[i] = relu_bias ? (i % 3 == 0 ? -4.0f : 4.0f)
                        : float((ln_weight ? 1.0 : 0.0) + (t.is_matrix ? 0.3 : 0.2) * random_normal(seed * 1000 + k, 17, i));
+    m.write_param(t.name, p);
   }
 }
 
-std::vector<float> grads_of(const Model& m) { return {m.grads.data(), m.grads.data() + m.grads.size()}; }
+std::vector<float> grads_of(const Model& m) { return m.grads.to_host(); }
 
 // The finite-difference loops call the tiny model thousands of times; one
 // thread avoids two threads meeting at every op's barrier on a loaded machine.
@@ -86,16 +88,20 @@ void check_every_parameter(Model& model, const std::vector<float>& analytic, con
   auto loss = [&] { return model.evaluate(d.tokens.data(), d.targets.data(), d.B, d.T).sum; };
   const double floor = std::abs(loss()) * std::ldexp(1.0, -23) / kStep;
   for (const auto& t : model.layout().tensors) {
-    float* x = model.params.data() + t.offset;
+    std::vector<float> x = model.read_param(t.name);  // perturbed on the host, uploaded for each loss
+    auto set = [&](size_t i, float v) {
+      x[i] = v;
+      model.params.upload(&x[i], 1, t.offset + i);
+    };
     double scale = 0, err = 0;
     for (size_t i = 0; i < t.numel; ++i) scale = std::max(scale, double(std::abs(analytic[t.offset + i])));
     for (size_t i = 0; i < t.numel; ++i) {
       const float x0 = x[i], xp = x0 + kStep, xm = x0 - kStep;
-      x[i] = xp;
+      set(i, xp);
       const double fp = loss();
-      x[i] = xm;
+      set(i, xm);
       const double fm = loss();
-      x[i] = x0;
+      set(i, x0);
       err = std::max(err, std::abs((fp - fm) / (double(xp) - double(xm)) - double(analytic[t.offset + i])));
     }
     EXPECT_GT(scale, 0.0) << what << " " << t.name << ": analytic gradient is all zero";
@@ -115,7 +121,7 @@ class LighterGradCheck : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(LighterGradCheck, EveryParameterMatchesCentralDifferences) {
   const Variant& v = GetParam();
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Batch d;
   Model model(tiny(v.sharing, v.E, v.recompute), *ops, d.B);
   randomize(model, 11);  // also passes at seeds 1, 12..15 and at h = 1e-3 (checked while writing it)
@@ -203,7 +209,7 @@ class LighterSharingSum : public ::testing::TestWithParam<std::string> {};
 // the differently ordered sums only), with dropout active.
 TEST_P(LighterSharingSum, GradientIsTheSumOfTheLayersOfAnEqualUnsharedModel) {
   const std::string sharing = GetParam();
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Batch d;
   Model shared(tiny(sharing, 0, "none", 0.2), *ops, d.B), plain(tiny("none", 0, "none", 0.2), *ops, d.B);
   randomize(shared, 21);
@@ -212,7 +218,7 @@ TEST_P(LighterSharingSum, GradientIsTheSumOfTheLayersOfAnEqualUnsharedModel) {
     const std::string from =
         t.layer < 0 ? t.name
                     : layer_param_name(shared.config(), t.layer, t.name.substr(std::string("transformer.h.0.").size()));
-    std::copy_n(shared.param(from), t.numel, plain.params.data() + t.offset);
+    plain.write_param(t.name, shared.read_param(from));
   }
   shared.zero_grads();
   plain.zero_grads();
@@ -226,14 +232,14 @@ TEST_P(LighterSharingSum, GradientIsTheSumOfTheLayersOfAnEqualUnsharedModel) {
                                                                 : block_numel(plain.layout(), 1, true)),
             plain.layout().count());
   for (const auto& t : shared.layout().tensors) {
-    const float* g = shared.grads.data() + t.offset;
+    const std::vector<float> g = shared.read_grad(t.name);
     if (!t.shared) {  // embedding, head, final LayerNorm, unshared blocks: the very same computation
-      const float* e = plain.grad(t.name);
+      const std::vector<float> e = plain.read_grad(t.name);
       for (size_t i = 0; i < t.numel; ++i) ASSERT_EQ(g[i], e[i]) << t.name << " element " << i;
       continue;
     }
-    const float* g0 = plain.grad(unshared_name(t.name, 0));
-    const float* g1 = plain.grad(unshared_name(t.name, 1));
+    const std::vector<float> g0 = plain.read_grad(unshared_name(t.name, 0));
+    const std::vector<float> g1 = plain.read_grad(unshared_name(t.name, 1));
     double scale = 1e-30, err = 0, layer1 = 0;
     for (size_t i = 0; i < t.numel; ++i) {
       scale = std::max(scale, double(std::abs(g[i])));
@@ -253,17 +259,18 @@ INSTANTIATE_TEST_SUITE_P(Modes, LighterSharingSum, ::testing::Values("all", "att
 // E = D with identity projections and zero biases is the plain model: the
 // embedding is CTRL's at width E (× √E, E-wide positions), then Linear E→D.
 TEST(LighterFactorized, IdentityProjectionsGiveThePlainModel) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Batch d;
   Model fact(tiny("none", 8), *ops, d.B), plain(tiny(), *ops, d.B);
   randomize(plain, 31);
   randomize(fact, 32);
-  for (const auto& t : plain.layout().tensors) std::copy_n(plain.params.data() + t.offset, t.numel, fact.param(t.name));
+  for (const auto& t : plain.layout().tensors) fact.write_param(t.name, plain.read_param(t.name));
   for (const char* p : {"transformer.w_proj_in", "transformer.w_proj_out"}) {
-    float* w = fact.param(std::string(p) + ".weight");
+    std::vector<float> w(64);
     for (int i = 0; i < 8; ++i)
-      for (int j = 0; j < 8; ++j) w[i * 8 + j] = i == j ? 1.0f : 0.0f;
-    std::fill_n(fact.param(std::string(p) + ".bias"), 8, 0.0f);
+      for (int j = 0; j < 8; ++j) w[size_t(i * 8 + j)] = i == j ? 1.0f : 0.0f;
+    fact.write_param(std::string(p) + ".weight", w);
+    fact.write_param(std::string(p) + ".bias", std::vector<float>(8, 0.0f));
   }
   EXPECT_EQ(fact.layout().count(), plain.layout().count() + 2 * (64 + 8));
   EXPECT_EQ(fact.layout().get("transformer.w.weight").shape, (std::vector<int64_t>{11, 8}));
@@ -277,11 +284,11 @@ TEST(LighterFactorized, IdentityProjectionsGiveThePlainModel) {
   const double b = plain.forward_backward(d.tokens.data(), d.targets.data(), d.B, d.T, 1.0f, 0).sum;
   EXPECT_NEAR(a, b, 1e-5);
   for (const auto& t : plain.layout().tensors) {
-    const float* g = fact.grad(t.name);
+    const std::vector<float> g = fact.read_grad(t.name), e = plain.read_grad(t.name);
     double scale = 1e-3, err = 0;
     for (size_t i = 0; i < t.numel; ++i) {
-      scale = std::max(scale, double(std::abs(plain.grads[t.offset + i])));
-      err = std::max(err, double(std::abs(g[i] - plain.grads[t.offset + i])));
+      scale = std::max(scale, double(std::abs(e[i])));
+      err = std::max(err, double(std::abs(g[i] - e[i])));
     }
     EXPECT_LT(err / scale, 1e-5) << t.name;
   }
@@ -305,7 +312,7 @@ TEST(LighterFactorized, ShapesFlopsAndValidation) {
 // Incremental generation (KV cache) computes the same logits as the batched
 // forward, for a shared, factorized model.
 TEST(LighterFactorized, GeneratorMatchesTheModel) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Model model(tiny("attention", 4), *ops, 1);
   randomize(model, 41);
   const std::vector<int32_t> tokens = {3, 9, 1, 4, 4};
@@ -326,7 +333,7 @@ class LighterRecompute : public ::testing::TestWithParam<std::string> {};
 // dropout masks, so loss and gradients are bit-identical to storing, in fp32
 // and in bf16 (where the LayerNorms read bf16 roundings of the fp32 stream).
 TEST_P(LighterRecompute, SameLossAndBitIdenticalGradients) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Batch d;
   const std::vector<std::pair<std::string, int64_t>> variants{{"none", 0}, {"ffn", 4}};
   for (const DType low : {DType::F32, DType::BF16}) {
@@ -334,7 +341,7 @@ TEST_P(LighterRecompute, SameLossAndBitIdenticalGradients) {
       Model stored(tiny(sharing, E, "none", 0.25), *ops, d.B, low);
       Model again(tiny(sharing, E, GetParam(), 0.25), *ops, d.B, low);
       randomize(stored, 51);
-      std::copy_n(stored.params.data(), stored.params.size(), again.params.data());
+      again.params.from_host(stored.params.to_host());
       stored.zero_grads();
       again.zero_grads();
       for (uint64_t seed : {3, 4}) {  // two micro-batches accumulate
@@ -342,8 +349,8 @@ TEST_P(LighterRecompute, SameLossAndBitIdenticalGradients) {
         const double b = again.forward_backward(d.tokens.data(), d.targets.data(), d.B, d.T, 0.5f, seed).sum;
         EXPECT_EQ(a, b) << sharing;
       }
-      for (size_t i = 0; i < stored.grads.size(); ++i)
-        ASSERT_EQ(stored.grads[i], again.grads[i]) << sharing << " " << i;
+      const std::vector<float> gs = stored.grads.to_host(), ga = again.grads.to_host();
+      for (size_t i = 0; i < gs.size(); ++i) ASSERT_EQ(gs[i], ga[i]) << sharing << " " << i;
       EXPECT_EQ(stored.evaluate(d.tokens.data(), d.targets.data(), d.B, d.T).sum,
                 again.evaluate(d.tokens.data(), d.targets.data(), d.B, d.T).sum);
     }
@@ -408,7 +415,7 @@ std::string fresh_dir(const std::string& name) {
 }
 
 TEST(LighterExport, HuggingFaceExportRefusesWhatCtrlCannotRepresent) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   const std::string dir = fresh_dir("export");
   std::filesystem::create_directories(dir);
   for (const auto& [sharing, E] : std::vector<std::pair<std::string, int64_t>>{{"ffn", 0}, {"none", 4}, {"none", 0}}) {
@@ -472,8 +479,8 @@ TEST(LighterCheckpoint, SharedFactorizedModelResumesBitForBit) {
   rest.run();
   ASSERT_EQ(rest.step_losses().size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest.step_losses()[i], full.step_losses()[3 + i]) << i;
-  for (size_t i = 0; i < full.model().params.size(); ++i)
-    ASSERT_EQ(rest.model().params[i], full.model().params[i]) << "parameter element " << i;
+  const std::vector<float> pr = rest.model().params.to_host(), pf = full.model().params.to_host();
+  for (size_t i = 0; i < pf.size(); ++i) ASSERT_EQ(pr[i], pf[i]) << "parameter element " << i;
   EXPECT_LT(full.step_losses().back(), full.step_losses().front());  // it trains
   std::filesystem::remove_all(whole.run_dir);
   std::filesystem::remove_all(parts.run_dir);

@@ -76,7 +76,7 @@ TEST(MixedPrecision, LossCurvesOnTinyStayCloseToFp32) {
       ASSERT_TRUE(std::isfinite(b[i])) << precision << " step " << i;
       EXPECT_LT(std::abs(a[i] - b[i]), 0.02 + 0.01 * a[i]) << precision << " step " << i;
     }
-    for (size_t i = 0; i < low.model().params.size(); ++i) ASSERT_TRUE(std::isfinite(low.model().params[i]));
+    for (float p : low.model().params.to_host()) ASSERT_TRUE(std::isfinite(p));
     EXPECT_EQ(low.state().scaler.skipped_steps, 0) << precision;
   }
 }
@@ -85,7 +85,7 @@ TEST(MixedPrecision, Bf16GradientsMatchFp32WithinBf16Rounding) {
   ModelConfig c;
   c.vocab_size = 50, c.n_layer = 2, c.d_model = 32, c.n_head = 4, c.d_ff = 48, c.n_ctx = 16, c.seed = 5;
   c.embd_pdrop = c.resid_pdrop = 0;
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Model m32(c, *ops, 2), m16(c, *ops, 2, DType::BF16);
   m32.init_weights();
   m16.init_weights();
@@ -98,13 +98,14 @@ TEST(MixedPrecision, Bf16GradientsMatchFp32WithinBf16Rounding) {
   // rounding), and the roundings of activations and of the gradients inside
   // the layers add up to a few percent (measured at most 3.0%, in ffn.0.bias and
   // layernorm2.bias, which sum many rounded terms that largely cancel).
+  const std::vector<float> g32 = m32.grads.to_host(), g16 = m16.grads.to_host();
   for (const auto& t : m32.layout().tensors) {
     if (t.name.find("Wk.bias") != std::string::npos) continue;  // exact gradient 0: noise on both sides
     double diff = 0, norm = 0;
     for (size_t i = 0; i < t.numel; ++i) {
-      const double d = double(m16.grads[t.offset + i]) - double(m32.grads[t.offset + i]);
+      const double d = double(g16[t.offset + i]) - double(g32[t.offset + i]);
       diff += d * d;
-      norm += double(m32.grads[t.offset + i]) * double(m32.grads[t.offset + i]);
+      norm += double(g32[t.offset + i]) * double(g32[t.offset + i]);
     }
     EXPECT_LT(std::sqrt(diff / norm), 0.04) << t.name;
   }
@@ -192,14 +193,14 @@ TEST(MixedPrecision, ForcedOverflowsAreSkippedAndNeverReachTheWeights) {
   c.train.steps = 60;
   TrainerOptions o{fresh_dir("overflow"), false, true};
   Trainer t(c, o);
-  const Buffer& params = t.model().params;
-  std::vector<float> before(params.data(), params.data() + params.size());
+  const std::vector<float> before = t.model().params.to_host();
   t.run();
   const auto& s = t.state().scaler;
   EXPECT_GT(s.skipped_steps, 5);
   EXPECT_LT(s.scale, 1099511627776.0);
-  for (size_t i = 0; i < params.size(); ++i) ASSERT_TRUE(std::isfinite(params[i]));
-  EXPECT_NE(std::vector<float>(params.data(), params.data() + params.size()), before);  // it did train afterwards
+  const std::vector<float> after = t.model().params.to_host();
+  for (float p : after) ASSERT_TRUE(std::isfinite(p));
+  EXPECT_NE(after, before);  // it did train afterwards
   EXPECT_LT(t.step_losses().back(), t.step_losses().front());
   EXPECT_LT(s.clean_steps, c.train.loss_scale_window);
   // Growth in the trainer: from scale 1, 20 clean steps with a window of 5 double it four times.

@@ -9,6 +9,7 @@
 #include "core/safetensors.h"
 #include "model/model.h"
 #include "train/optimizer.h"
+#include "test_support.h"
 
 using namespace ctrl;
 
@@ -50,7 +51,7 @@ Fixture load(const std::string& name) {
 void load_weights(Model& m, const SafetensorsReader& file, const std::string& prefix = "") {
   for (const auto& t : m.layout().tensors) {
     const auto v = file.read_floats(prefix + t.name, t.shape);
-    std::copy(v.begin(), v.end(), m.params.data() + t.offset);
+    m.params.upload(v.data(), t.numel, t.offset);
   }
 }
 
@@ -70,7 +71,7 @@ class FixtureTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FixtureTest, LogitsLossAndEveryGradientMatchHuggingFace) {
   Fixture f = load(GetParam());
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Model model(f.config, *ops, f.B);
   load_weights(model, *f.file);
 
@@ -89,7 +90,7 @@ TEST_P(FixtureTest, LogitsLossAndEveryGradientMatchHuggingFace) {
   model.forward_backward(f.tokens.data(), f.targets.data(), f.B, f.T, 1.0f / float(loss.count), 0);
   for (const auto& t : model.layout().tensors) {
     const auto expected = f.file->read_floats("grad." + t.name, t.shape);
-    EXPECT_LT(rel_error(model.grads.data() + t.offset, expected), 1e-4) << t.name;
+    EXPECT_LT(rel_error(model.read_grad(t.name).data(), expected), 1e-4) << t.name;
   }
 }
 
@@ -111,7 +112,7 @@ void check_trajectory(const std::string& fixture, const std::string& optimizer) 
     tc.clip_norm = std::stod(meta.at("clip_norm_adagrad"));
     tc.adagrad_initial_accumulator = std::stod(meta.at("adagrad_initial_accumulator"));
   }
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Model model(f.config, *ops, f.B);
   load_weights(model, *f.file);
   Optimizer opt(tc, model.layout(), *ops);
@@ -131,7 +132,7 @@ void check_trajectory(const std::string& fixture, const std::string& optimizer) 
     const bool noise_only = t.name.find("Wk.bias") != std::string::npos;
     if (optimizer == "adamw" && noise_only) continue;
     const auto expected = f.file->read_floats(optimizer + ".final." + t.name, t.shape);
-    EXPECT_LT(rel_error(model.params.data() + t.offset, expected), optimizer == "adamw" ? 1e-3 : 1e-4)
+    EXPECT_LT(rel_error(model.read_param(t.name).data(), expected), optimizer == "adamw" ? 1e-3 : 1e-4)
         << optimizer << " " << t.name;
   }
 }

@@ -16,6 +16,7 @@
 #include "plan/plan.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
+#include "test_support.h"
 
 using namespace ctrl;
 
@@ -105,7 +106,7 @@ TEST(Plan, SharedParametersCountOnceAndRecomputationCostsTime) {
 }
 
 TEST(Plan, PredictedBuffersEqualTheEnginesAllocationExactly) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_cpu_reference();  // counts the CPU backend's aligned_alloc calls
   struct Case {
     const char* preset;
     std::vector<std::string> sets;
@@ -264,7 +265,7 @@ TEST(Plan, ZeroOneDividesTheOptimizerStateOverRanks) {
   EXPECT_EQ(plain.zero_checkpoint_peak, 0u);
   // The engine's sharded Optimizer holds exactly the planned shard.
   const Config small = config_of("small", {"model.n_layer=2"});
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   const ParamLayout layout = make_param_layout(small.model);
   for (int ranks : {2, 3, 8}) {
     const plan::Memory m = plan::memory_for(small, 2, ranks, 0);

@@ -3,14 +3,23 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <memory>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/file_io.h"
 #include "data/shard.h"
+#include "ops/cpu/cpu_ops.h"
+#include "ops/ops.h"
 
 namespace test_support {
+
+// The backend that model-level tests run on: cpu, or the one CTRL_DEVICE names
+// (ctest's checked_* entries run the suite on the checked backend).
+inline std::unique_ptr<ctrl::Ops> make_test_ops() { return ctrl::make_ops("cpu"); }
+// The CPU reference itself, for op-level tests that pass host arrays to ops.
+inline std::unique_ptr<ctrl::Ops> make_cpu_reference() { return std::make_unique<ctrl::cpu::CpuOps>(); }
 
 // An empty path under the system's temporary folder, unique to this process
 // (the directory itself is not created: the trainer makes its run directory).

@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "model/model.h"
 #include "train/optimizer.h"
+#include "test_support.h"
 
 using namespace ctrl;
 
@@ -52,7 +53,7 @@ struct TrainRun {
 };
 
 TrainRun train_copy(uint64_t seed, int64_t steps, double dropout) {
-  auto ops = make_cpu_ops();
+  auto ops = test_support::make_test_ops();
   Model model(toy_model(dropout), *ops, kB);
   model.init_weights();
   TrainConfig tc;
@@ -85,7 +86,7 @@ TrainRun train_copy(uint64_t seed, int64_t steps, double dropout) {
     held.count += l.count;
   }
   run.held_out = held.mean();
-  run.params.assign(model.params.data(), model.params.data() + model.params.size());
+  run.params = model.params.to_host();
   return run;
 }
 

@@ -1,7 +1,5 @@
 // ctrl bench: training-step throughput on synthetic tokens, with the figures
 // that make results from different machines comparable.
-#include <omp.h>
-
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -10,7 +8,6 @@
 #include "cli/command.h"
 #include "core/sysinfo.h"
 #include "model/model.h"
-#include "ops/cpu/gemm.h"
 #include "ops/profiled_ops.h"
 #include "train/batches.h"
 #include "train/optimizer.h"
@@ -20,7 +17,7 @@ namespace {
 
 const char* kUsage =
     "usage: ctrl bench --config FILE|PRESET [--steps N] [--warmup N] [--threads N] [--set key=value]... [--json]\n"
-    "                  [--profile]\n\n"
+    "                  [--profile] [--device cpu|checked]\n\n"
     "Times full training steps (forward, backward, clipping, optimizer) of one micro-batch of\n"
     "synthetic tokens, after --warmup untimed steps (default 2; --steps default 10), and prints\n"
     "it/s, tokens/s, achieved FLOP/s and its share of this machine's measured GEMM peak (of the\n"
@@ -33,23 +30,25 @@ int run(const std::vector<std::string>& argv) {
   args.flag("steps");
   args.flag("warmup");
   args.flag("threads");
+  args.flag("device");
   args.repeated("set");
   args.boolean("json");
   args.boolean("profile");
   if (!args.parse(argv)) return 0;
   Config config = load_config(args.require("config"));
   for (const auto& s : args.all("set")) apply_override(config, s);
+  if (args.has("device")) apply_override(config, "train.device=" + args.get("device"));
   validate(config);
   const int64_t steps = args.get_int("steps", 10), warmup = args.get_int("warmup", 2);
   if (steps < 1 || warmup < 0) fail("ctrl bench: --steps must be at least 1 and --warmup not negative");
+  int64_t threads = 0;
   if (args.has("threads")) {
-    const int64_t threads = args.get_int("threads", 0);
+    threads = args.get_int("threads", 0);
     if (threads < 1) fail("ctrl bench: --threads must be at least 1");
-    omp_set_num_threads(int(threads));
   }
   const auto& m = config.model;
   const int64_t B = config.train.micro_batch, T = m.n_ctx;
-  auto ops = make_cpu_ops();
+  auto ops = make_ops(config.train.device, int(threads));
   if (args.has("profile")) ops = make_profiled_ops(std::move(ops));
   Model model(m, *ops, B, activation_dtype(config.train.precision));
   model.init_weights();
@@ -73,7 +72,7 @@ int run(const std::vector<std::string>& argv) {
   const double flops = train_flops_per_token(m) * tokens_per_s;
   const double hardware_flops = train_hardware_flops_per_token(m) * tokens_per_s;
   const bool bf16 = config.train.precision == "bf16";
-  const double peak = cpu::measure_gemm_peak_gflops(bf16, 1.0) * 1e9;
+  const double peak = ops->measure_peak_gflops(bf16, 1.0) * 1e9;
   nlohmann::ordered_json j;
   j["config"] = config.preset;
   j["parameters"] = model.layout().count();
@@ -93,7 +92,7 @@ int run(const std::vector<std::string>& argv) {
   j["peak_rss_bytes"] = peak_rss;
   j["final_loss"] = loss;
   j["cpu"] = cpu_model();
-  j["threads"] = omp_get_max_threads();
+  j["threads"] = ops->threads();
   j["precision"] = config.train.precision;
   const std::string note = ops->precision_note(activation_dtype(config.train.precision));
   if (!note.empty()) j["precision_note"] = note;
@@ -102,7 +101,7 @@ int run(const std::vector<std::string>& argv) {
   } else {
     std::printf("%s: %.2fM parameters, micro-batch %lld x %lld tokens, %s, %d threads on %s\n", config.preset.c_str(),
                 double(model.layout().count()) / 1e6, static_cast<long long>(B), static_cast<long long>(T),
-                config.train.precision.c_str(), omp_get_max_threads(), cpu_model().c_str());
+                config.train.precision.c_str(), ops->threads(), cpu_model().c_str());
     std::printf("  %.3f it/s, %.0f tokens/s\n", double(steps) / seconds, tokens_per_s);
     std::printf("  %.1f GFLOP/s achieved = %.0f%% of the measured %s GEMM peak (%.1f GFLOP/s)\n", flops / 1e9,
                 100.0 * flops / peak, bf16 ? "bf16" : "fp32", peak / 1e9);

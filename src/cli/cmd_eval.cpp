@@ -10,7 +10,8 @@ namespace ctrl::cli {
 namespace {
 
 const char* kUsage =
-    "usage: ctrl eval --model CKPT --data DIR [--max-sequences N] [--batch N] [--json]\n\n"
+    "usage: ctrl eval --model CKPT --data DIR [--max-sequences N] [--batch N] [--json]\n"
+    "                 [--device cpu|checked]\n\n"
     "Loss (nats per token) and perplexity of a checkpoint on each control code's held-out split of a\n"
     "prepared corpus, over up to N windows of n_ctx tokens per code (default 256).\n";
 
@@ -21,6 +22,7 @@ int run(const std::vector<std::string>& argv) {
   args.flag("max-sequences");
   args.flag("batch");
   args.boolean("json");
+  args.flag("device");
   if (!args.parse(argv)) return 0;
   Checkpoint ckpt(args.require("model"));
   const Config& config = ckpt.config();
@@ -31,7 +33,7 @@ int run(const std::vector<std::string>& argv) {
   Batches batches = Batches::from_dataset(data, config.model.n_ctx, config.train.seed);
   const int64_t batch = args.get_int("batch", config.train.micro_batch);
   if (batch < 1) fail("ctrl eval: --batch must be at least 1");
-  auto ops = make_cpu_ops();
+  auto ops = make_ops(args.has("device") ? args.get("device") : "cpu");
   Model model(config.model, *ops, batch);
   ckpt.load_parameters(model);
   const auto results = evaluate_held_out(model, batches, batch, args.get_int("max-sequences", 256));

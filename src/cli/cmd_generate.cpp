@@ -17,7 +17,8 @@ namespace {
 
 const char* kUsage =
     "usage: ctrl generate --model CKPT --control CODE [--prompt TEXT] [--max-tokens N] [--temperature T]\n"
-    "                     [--penalty THETA] [--top-k K] [--top-p P] [--seed S] [--ids]\n\n"
+    "                     [--penalty THETA] [--top-k K] [--top-p P] [--seed S] [--ids]\n"
+    "                     [--device cpu|checked]\n\n"
     "Generates text that starts with control code CODE (see the list an unknown code prints) and the\n"
     "prompt. CTRL's penalized sampling: logits of tokens already present are divided by THETA\n"
     "(default 1.2; 1 disables); temperature 0 (default) is greedy, otherwise top-k/top-p sampling.\n"
@@ -46,6 +47,7 @@ int run(const std::vector<std::string>& argv) {
   for (const char* f : {"model", "control", "prompt", "max-tokens", "temperature", "penalty", "top-k", "top-p", "seed"})
     args.flag(f);
   args.boolean("ids");
+  args.flag("device");
   if (!args.parse(argv)) return 0;
   Checkpoint ckpt(args.require("model"));
   const auto& contents = ckpt.contents();
@@ -74,7 +76,7 @@ int run(const std::vector<std::string>& argv) {
     if (!tokenizer) fail("ctrl generate: this model was trained without a tokenizer, so --prompt cannot be encoded");
     for (int32_t t : tokenizer->encode(args.get("prompt"))) history.push_back(t);
   }
-  auto ops = make_cpu_ops();
+  auto ops = make_ops(args.has("device") ? args.get("device") : "cpu");
   Model model(ckpt.config().model, *ops, 0);
   ckpt.load_parameters(model);
   Generator gen(model);

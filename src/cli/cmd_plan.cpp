@@ -1,7 +1,5 @@
 // ctrl plan: does a model fit, at what batch, how long does training take and
 // what does it cost, from the engine's own layout tables (plan/plan.h).
-#include <omp.h>
-
 #include <cstdio>
 
 #include "cli/args.h"
@@ -9,7 +7,6 @@
 #include "core/error.h"
 #include "core/sysinfo.h"
 #include "model/layout.h"
-#include "ops/cpu/gemm.h"
 #include "ops/ops.h"
 #include "plan/plan.h"
 
@@ -76,16 +73,18 @@ int run(const std::vector<std::string>& argv) {
     r.cpu_memory_bytes = uint64_t(g * double(1ull << 30));
   }
   if (args.has("machine")) r.machine = plan::load_machine(args.get("machine"));
+  std::unique_ptr<Ops> cpu;
   if (r.gpu.empty()) {
+    cpu = make_ops("cpu");
     r.cpu_name = cpu_model();
-    r.cpu_threads = omp_get_max_threads();
+    r.cpu_threads = cpu->threads();
     const bool calibrated = r.machine && r.machine->precision == r.config.train.precision;
     if (!calibrated && r.config.train.precision != "fp16")
-      r.cpu_peak_gflops = cpu::measure_gemm_peak_gflops(r.config.train.precision == "bf16", 0.5);
+      r.cpu_peak_gflops = cpu->measure_peak_gflops(r.config.train.precision == "bf16", 0.5);
   }
   plan::Plan p = plan::make_plan(r);
   if (r.gpu.empty()) {  // e.g. bf16 on a CPU without AVX512-BF16: emulated, slower than fp32
-    const std::string note = make_cpu_ops()->precision_note(activation_dtype(r.config.train.precision));
+    const std::string note = cpu->precision_note(activation_dtype(r.config.train.precision));
     if (!note.empty()) p.notes.push_back(note);
   }
   std::printf("%s", args.has("json") ? (plan::plan_json(p) + "\n").c_str() : plan::plan_text(p).c_str());

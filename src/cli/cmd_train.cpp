@@ -11,7 +11,7 @@ namespace {
 
 const char* kUsage =
     "usage: ctrl train --config FILE|PRESET --out RUN_DIR [--data DIR] [--set section.key=value]... [--resume]\n"
-    "                  [--zero 0|1] [--timeout SECONDS]\n\n"
+    "                  [--zero 0|1] [--timeout SECONDS] [--device cpu|checked]\n\n"
     "Trains a CTRL model. PRESET is tiny, small, base or ctrl; a TOML file has [model] and [train] tables\n"
     "(and may start with preset = \"small\"). --data DIR is a corpus from `ctrl prepare` (same as\n"
     "--set train.data=DIR); without it the model trains on synthetic random tokens.\n"
@@ -33,10 +33,12 @@ int run(const std::vector<std::string>& argv) {
   args.boolean("quiet");
   args.flag("zero");
   args.flag("timeout");
+  args.flag("device");
   if (!args.parse(argv)) return 0;
   Config config = load_config(args.require("config"));
   if (args.has("data")) config.train.data = args.get("data");
   for (const auto& s : args.all("set")) apply_override(config, s);
+  if (args.has("device")) apply_override(config, "train.device=" + args.get("device"));
   validate(config);
   TrainerOptions options;
   options.run_dir = args.require("out");

@@ -10,6 +10,24 @@
 // methods may be called from one trainer thread at a time (not concurrently).
 // Destroy the communicator before the process exits: that runs MPI_Finalize
 // (or, while an exception is leaving, deliberately skips it; see the .cpp).
+//
+// Control plane and data plane. The methods are the host's control plane:
+// the trainer decides what to reduce and when. The float pointers are the
+// data plane: backend memory (ops/ops.h) that the backend's ops write. The
+// contract, which a NCCL communicator will keep with streams:
+//  - A buffer is handed to a collective only after a fence says the ops that
+//    wrote it have finished: the trainer calls Ops::synchronize() before
+//    all_reduce_sum_start on a gradient bucket, before reduce_scatter_sum and
+//    before all_gather (on the CPU backends every op has finished when it
+//    returns, so the fence is free; a GPU backend waits for its stream or
+//    records an event that the communicator's stream waits on).
+//  - Until wait() (or the blocking call) returns, no op may read or write
+//    the buffer's range.
+//  - This MPI communicator reads and writes the memory on the host, which is
+//    right for backends whose memory is host memory (cpu, checked), and only
+//    inside Ops::begin_host_access / end_host_access of the buffer (the
+//    trainer opens them; the checked backend enforces it).
+// Host scalars (double sums, flags, check_identical) are control plane.
 #pragma once
 #include <cstddef>
 #include <memory>

@@ -19,6 +19,8 @@ struct SamplingOptions {
   double top_p = 1.0;      // nucleus; 1: no limit
 };
 
+// The key/value cache, scratch and logits live in the model's backend; only
+// the logits of each step are downloaded (for sampling on the host).
 class Generator {
  public:
   // Uses the model's parameters and ops; the model needs no activation memory.
@@ -30,12 +32,18 @@ class Generator {
   const std::vector<float>& feed(int32_t token);
 
  private:
+  // A layer's parameters, resolved once (layers that share read layer 0's).
+  struct LayerParams {
+    const float *ln1_w, *ln1_b, *wqkv, *bqkv, *wdense, *bdense, *ln2_w, *ln2_b, *w0, *b0, *w2, *b2;
+  };
   Model& model_;
   int64_t position_ = 0;
-  std::vector<float> k_cache_, v_cache_;  // [L, n_ctx, D]
-  std::vector<float> x_, ln_, qkv_, att_, branch_, ffn_, logits_;
-  std::vector<float> emb_;  // factorized embedding: the E-wide embedding row, then the E-wide head input
-  std::vector<float> mean_, rstd_;
+  std::vector<LayerParams> layers_;
+  DeviceArray<float> k_cache_, v_cache_;  // [L, n_ctx, D]
+  DeviceArray<float> x_, ln_, qkv_, att_, branch_, ffn_, logits_;
+  DeviceArray<float> emb_;  // factorized embedding: the E-wide embedding row, then the E-wide head input
+  DeviceArray<float> mean_, rstd_;
+  std::vector<float> host_logits_;
 };
 
 // Chooses the next token from logits given the tokens so far (penalized).

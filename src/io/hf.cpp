@@ -5,7 +5,6 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "ops/ops.h"
 
 namespace ctrl {
 
@@ -18,9 +17,7 @@ void export_hf(const std::string& checkpoint_path, const std::string& dir) {
          (m.sharing != "none" ? "cross-layer sharing (model.sharing=" + m.sharing + ")"
                               : "factorized embedding (model.embedding_dim=" + std::to_string(m.embedding_dim) + ")") +
          "; only models with model.sharing=none and model.embedding_dim=0 can be exported");
-  auto ops = make_cpu_ops();
-  Model model(m, *ops, 0);
-  ckpt.load_parameters(model);
+  const ParamLayout layout = make_param_layout(m);
   make_directories(dir);
   nlohmann::ordered_json config = {
       {"architectures", {"CTRLLMHeadModel"}},
@@ -45,8 +42,12 @@ void export_hf(const std::string& checkpoint_path, const std::string& dir) {
     for (const auto& c : ckpt.contents().codes) codes[c.name] = c.token_id;
     config["control_codes"] = codes;  // extra keys are kept by transformers' PretrainedConfig
   }
+  // Tensor by tensor from the checkpoint's mapping to the new file: no model, no copy of the weights.
   SafetensorsWriter w;
-  for (const auto& t : model.layout().tensors) w.add(t.name, DType::F32, t.shape, model.params.data() + t.offset);
+  for (const auto& t : layout.tensors)
+    w.add_streamed(t.name, DType::F32, t.shape, [&ckpt, &t](const SafetensorsWriter::Emit& emit) {
+      emit(ckpt.parameter(t), t.numel * sizeof(float));
+    });
   w.set_metadata("format", "pt");
   w.write(dir + "/model.safetensors");
   write_file_atomically(dir + "/config.json", config.dump(2) + "\n");
@@ -86,15 +87,12 @@ void import_hf(const std::string& dir, const std::string& checkpoint_path, const
   if (!file_exists(weights))
     fail(weights + ": not found; ctrl reads safetensors weights (save with safe_serialization=True)");
   SafetensorsReader file(weights);
-  auto ops = make_cpu_ops();
-  Model model(c.model, *ops, 0);
-  for (const auto& t : model.layout().tensors) {
-    const auto v = file.read_floats(t.name, t.shape);
-    std::memcpy(model.params.data() + t.offset, v.data(), v.size() * sizeof(float));
-  }
+  const ParamLayout layout = make_param_layout(c.model);
+  for (const auto& t : layout.tensors) (void)file.read_floats(t.name, t.shape);  // all present, right shapes
   if (file.has("lm_head.weight")) {  // stored untied copy: must equal the embedding
-    const auto head = file.read_floats("lm_head.weight", model.layout().get("transformer.w.weight").shape);
-    if (std::memcmp(head.data(), model.param("transformer.w.weight"), head.size() * sizeof(float)) != 0)
+    const ParamTensor& w = layout.get("transformer.w.weight");
+    const auto head = file.read_floats("lm_head.weight", w.shape), embedding = file.read_floats(w.name, w.shape);
+    if (std::memcmp(head.data(), embedding.data(), head.size() * sizeof(float)) != 0)
       fail(weights + ": lm_head.weight differs from transformer.w.weight; ctrl needs tied output weights");
   }
   CheckpointContents contents;
@@ -104,7 +102,13 @@ void import_hf(const std::string& dir, const std::string& checkpoint_path, const
     for (auto it = hf["control_codes"].begin(); it != hf["control_codes"].end(); ++it)
       contents.codes.push_back({it.key(), it.value().get<int32_t>()});
   if (!tokenizer_path.empty()) contents.tokenizer = read_file(tokenizer_path);
-  save_checkpoint(checkpoint_path, contents, model, nullptr);
+  // One tensor at a time from the Hugging Face file into the checkpoint.
+  save_checkpoint(checkpoint_path, contents, layout,
+                  [&file](const ParamTensor& t, const OptimizerState::Emit& emit) {
+                    const auto v = file.read_floats(t.name, t.shape);
+                    emit(v.data(), v.size());
+                  },
+                  nullptr);
 }
 
 }  // namespace ctrl

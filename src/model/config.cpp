@@ -80,7 +80,7 @@ const std::vector<Field>& fields() {
       INT_FIELD(train, micro_batch), INT_FIELD(train, global_batch), INT_FIELD(train, steps),
       INT_FIELD(train, eval_every), INT_FIELD(train, eval_batches), INT_FIELD(train, log_every),
       INT_FIELD(train, checkpoint_every), INT_FIELD(train, keep_checkpoints), INT_FIELD(train, threads),
-      INT_FIELD(train, seed), STR_FIELD(train, precision), REAL_FIELD(train, loss_scale),
+      STR_FIELD(train, device), INT_FIELD(train, seed), STR_FIELD(train, precision), REAL_FIELD(train, loss_scale),
       INT_FIELD(train, loss_scale_window),
   };
   return table;
@@ -203,6 +203,7 @@ void validate(const Config& c) {
   need(t.keep_checkpoints >= 1, "train.keep_checkpoints must be at least 1");
   need(t.clip_norm >= 0, "train.clip_norm must not be negative");
   need(t.threads >= 0, "train.threads must not be negative");
+  need(t.device == "cpu" || t.device == "checked", "train.device must be cpu or checked, got '" + t.device + "'");
   need(m.sharing == "none" || m.sharing == "all" || m.sharing == "attention" || m.sharing == "ffn",
        "model.sharing must be none, all, attention or ffn, got '" + m.sharing + "'");
   need(m.embedding_dim >= 0 && m.embedding_dim <= m.d_model, "model.embedding_dim must be 0 (off) or at most d_model");

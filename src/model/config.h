@@ -51,6 +51,7 @@ struct TrainConfig {
   int64_t checkpoint_every = 500;
   int64_t keep_checkpoints = 3;
   int64_t threads = 0;           // 0: all cores
+  std::string device = "cpu";    // backend: cpu | checked (ops/ops.h, make_ops)
   uint64_t seed = 1;             // data sampling and dropout
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision, fp32 master weights)
   double loss_scale = 65536;       // fp16: initial dynamic loss scale (2^16)

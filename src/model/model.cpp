@@ -12,10 +12,13 @@ Model::Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low)
       layout_(make_param_layout(config)),
       acts_layout_(make_activation_layout(config, max_batch, low)) {
   CTRL_ASSERT(low == DType::F32 || low == DType::BF16 || low == DType::F16);
-  params = Buffer(layout_.total);
-  grads = Buffer(layout_.total);
-  activations_ = Buffer(acts_layout_.total);
-  if (low != DType::F32) low_weights_ = Buffer16(layout_.total);
+  params = DeviceArray<float>(ops, layout_.total, "model.params");
+  grads = DeviceArray<float>(ops, layout_.total, "model.grads");
+  activations_ = DeviceArray<float>(ops, acts_layout_.total, "model.activations");
+  if (low != DType::F32) low_weights_ = DeviceArray<uint16_t>(ops, layout_.total, "model.low_weights");
+  const size_t rows = size_t(acts_layout_.B * acts_layout_.T);  // sized by the layout, as the planner counts it
+  tokens_ = DeviceArray<int32_t>(ops, rows, "model.tokens");
+  targets_ = DeviceArray<int32_t>(ops, rows, "model.targets");
   for (int l = 0; l < int(config.n_layer); ++l) {
     auto at = [&](const std::string& suffix) { return layout_.get(layer_param_name(config, l, suffix)).offset; };
     const std::string a = "multi_head_attention.";
@@ -36,18 +39,52 @@ Model::Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low)
 }
 
 void Model::init_weights() {
-  params.zero();
+  ops_.fill(params.data(), params.size(), 0.0f);
+  std::vector<float> host;  // staging, one tensor at a time
   for (size_t i = 0; i < layout_.tensors.size(); ++i) {
     const ParamTensor& t = layout_.tensors[i];
-    float* p = params.data() + t.offset;
     const bool is_layernorm_weight = t.name.find("layernorm") != std::string::npos && t.name.size() > 7 &&
                                      t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
     if (t.is_matrix) {
-      for (size_t j = 0; j < t.numel; ++j) p[j] = float(config_.init_range * random_normal(config_.seed, i, j));
+      host.resize(t.numel);
+      for (size_t j = 0; j < t.numel; ++j) host[j] = float(config_.init_range * random_normal(config_.seed, i, j));
+      params.upload(host.data(), t.numel, t.offset);
     } else if (is_layernorm_weight) {
-      for (size_t j = 0; j < t.numel; ++j) p[j] = 1.0f;
+      ops_.fill(params.data() + t.offset, t.numel, 1.0f);
     }
   }
+}
+
+std::vector<float> Model::read_param(const std::string& name) const {
+  const ParamTensor& t = layout_.get(name);
+  std::vector<float> v(t.numel);
+  params.download(v.data(), t.numel, t.offset);
+  return v;
+}
+
+std::vector<float> Model::read_grad(const std::string& name) const {
+  const ParamTensor& t = layout_.get(name);
+  std::vector<float> v(t.numel);
+  grads.download(v.data(), t.numel, t.offset);
+  return v;
+}
+
+void Model::write_param(const std::string& name, const std::vector<float>& values) {
+  const ParamTensor& t = layout_.get(name);
+  CTRL_ASSERT(values.size() == t.numel);
+  params.upload(values.data(), t.numel, t.offset);
+}
+
+void Model::pad_buffers(size_t total) {
+  CTRL_ASSERT(total >= layout_.total);
+  params = DeviceArray<float>(ops_, total, "model.params");
+  grads = DeviceArray<float>(ops_, total, "model.grads");
+}
+
+void Model::upload_batch(const int32_t* tokens, const int32_t* targets, int64_t n) {
+  CTRL_ASSERT(size_t(n) <= tokens_.size());
+  tokens_.upload(tokens, size_t(n));
+  if (targets) targets_.upload(targets, size_t(n));
 }
 
 DropoutSpec Model::dropout(double p, bool training, uint64_t seed, uint64_t stream) const {
@@ -66,7 +103,7 @@ float* Model::branch_gradient(float* d_stream, float* scratch, size_t n, const D
   return scratch;
 }
 
-void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed) {
+void Model::forward(int64_t B, int64_t T, bool training, uint64_t seed) {
   CTRL_ASSERT(B * T <= acts_layout_.B * acts_layout_.T && T <= config_.n_ctx);
   if (low_weights_.size())
     ops_.copy(TensorRef(low_weights_.data(), acts_layout_.dtype), params.data(), layout_.total);
@@ -75,6 +112,7 @@ void Model::forward(const int32_t* tokens, int64_t B, int64_t T, bool training, 
   float* P = params.data();
   const auto& A = acts_layout_;
   float* x0 = act(A.layers[0].x_in);
+  const int32_t* tokens = tokens_.data();
   if (factorized()) {  // CTRL's embedding at width E (token × √E + E-wide positions), then Linear E→D
     ops_.embedding_forward(act(A.emb), tokens, P + wte_, B, T, E, std::sqrt(float(E)));
     ops_.linear_forward(x0, act(A.emb), P + proj_in_w_, P + proj_in_b_, N, D, E);
@@ -113,7 +151,7 @@ void Model::layer_forward(int l, int64_t B, int64_t T, bool training, uint64_t s
   ops_.residual_add(x_out, act(L.x_mid), branch, ND, dropout(config_.resid_pdrop, training, seed, 2 + 2 * l));
 }
 
-void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed) {
+void Model::backward(int64_t B, int64_t T, bool training, uint64_t seed) {
   const int64_t N = B * T, D = config_.d_model, F = config_.d_ff, H = config_.n_head, E = embedding_width(config_);
   const size_t ND = size_t(N * D);
   float* P = params.data();
@@ -123,6 +161,7 @@ void Model::backward(const int32_t* tokens, int64_t B, int64_t T, bool training,
   float* d_x = act(A.d_x);    // gradient of the residual stream
   float* d_br = act(A.d_x2);  // scratch for a branch output's gradient (after dropout backward)
   float* d_ln = act(A.d_ln);
+  const int32_t* tokens = tokens_.data();
 
   if (factorized())  // head_in = lnf_out · w_proj_outᵀ + b
     ops_.linear_backward(d_ln, G + proj_out_w_, G + proj_out_b_, act(A.d_emb), low(A.lnf_out), weight(proj_out_w_), N,
@@ -181,34 +220,48 @@ TensorRef Model::layernorm_input(size_t stream, size_t rounded, size_t n) {
 LossSum Model::forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float grad_scale,
                                 uint64_t dropout_seed, uint64_t first_sequence) {
   first_index_ = first_sequence * uint64_t(T * config_.d_model);
-  forward(tokens, B, T, true, dropout_seed);
+  upload_batch(tokens, targets, B * T);
+  forward(B, T, true, dropout_seed);
   const auto& A = acts_layout_;
   const int64_t N = B * T;
   LossSum loss;
   for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
-  loss.sum = ops_.lm_head_loss(head_input(), weight(wte_), params.data() + head_b_, targets, N,
+  loss.sum = ops_.lm_head_loss(head_input(), weight(wte_), params.data() + head_b_, targets_.data(), N,
                                embedding_width(config_), config_.vocab_size, grad_scale, d_head(), grads.data() + wte_,
                                grads.data() + head_b_, nullptr, act(A.logits), A.logits_rows);
-  backward(tokens, B, T, true, dropout_seed);
+  backward(B, T, true, dropout_seed);
   return loss;
 }
 
 LossSum Model::evaluate(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float* row_loss) {
-  forward(tokens, B, T, false, 0);
+  upload_batch(tokens, targets, B * T);
+  forward(B, T, false, 0);
   const auto& A = acts_layout_;
   const int64_t N = B * T;
   LossSum loss;
   for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
+  float* rows = nullptr;
+  if (row_loss) {
+    if (row_loss_.size() < size_t(N)) row_loss_ = DeviceArray<float>(ops_, tokens_.size(), "model.row_loss");
+    row_loss_.upload(row_loss, size_t(N));
+    rows = row_loss_.data();
+  }
   loss.sum =
-      ops_.lm_head_loss(head_input(), weight(wte_), params.data() + head_b_, targets, N, embedding_width(config_),
-                        config_.vocab_size, 0.0f, nullptr, nullptr, nullptr, row_loss, act(A.logits), A.logits_rows);
+      ops_.lm_head_loss(head_input(), weight(wte_), params.data() + head_b_, targets_.data(), N,
+                        embedding_width(config_), config_.vocab_size, 0.0f, nullptr, nullptr, nullptr, rows,
+                        act(A.logits), A.logits_rows);
+  if (row_loss) row_loss_.download(row_loss, size_t(N));
   return loss;
 }
 
 void Model::logits(const int32_t* tokens, int64_t B, int64_t T, float* out) {
-  forward(tokens, B, T, false, 0);
-  ops_.linear_forward(out, head_input(), weight(wte_), params.data() + head_b_, B * T, config_.vocab_size,
+  upload_batch(tokens, nullptr, B * T);
+  forward(B, T, false, 0);
+  const size_t n = size_t(B * T * config_.vocab_size);
+  DeviceArray<float> logits(ops_, n, "model.logits");
+  ops_.linear_forward(logits.data(), head_input(), weight(wte_), params.data() + head_b_, B * T, config_.vocab_size,
                       embedding_width(config_));
+  logits.download(out, n);
 }
 
 }  // namespace ctrl

@@ -1,9 +1,12 @@
 // The CTRL model (Hugging Face CTRLLMHeadModel): forward and hand-written
 // backward over flat parameter, gradient and activation buffers laid out by
-// layout.h, computed through the Ops interface.
+// layout.h, computed through the Ops interface. Every buffer is the backend's
+// (DeviceArray); the model never dereferences one: host data (tokens,
+// targets, initial weights, losses) moves through upload and download.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/buffer.h"
@@ -32,13 +35,22 @@ class Model {
   const ParamLayout& layout() const { return layout_; }
   const ActivationLayout& activation_layout() const { return acts_layout_; }
   Ops& ops() { return ops_; }
+  // Backend pointers to a tensor, for passing to ops (not for host access).
   float* param(const std::string& name) { return params.data() + layout_.get(name).offset; }
   float* grad(const std::string& name) { return grads.data() + layout_.get(name).offset; }
+  // Host copies of one tensor, through staging: reading and writing one.
+  std::vector<float> read_param(const std::string& name) const;
+  std::vector<float> read_grad(const std::string& name) const;
+  void write_param(const std::string& name, const std::vector<float>& values);
 
   // Hugging Face's initialization from config.seed: matrices N(0, init_range),
-  // biases 0, LayerNorm weight 1 and bias 0.
+  // biases 0, LayerNorm weight 1 and bias 0 (computed on the host a tensor at
+  // a time and uploaded).
   void init_weights();
-  void zero_grads() { grads.zero(); }
+  void zero_grads() { ops_.fill(grads.data(), grads.size(), 0.0f); }
+  // ZeRO-1: reallocates params and grads with `total` >= layout().total
+  // elements (zero padding at the end), so equal shards tile them exactly.
+  void pad_buffers(size_t total);
 
   // One micro-batch: tokens and targets are [B, T] (T <= n_ctx, targets < 0
   // ignored). Adds grad_scale · ∂(Σ token losses)/∂θ to the gradients. Dropout
@@ -47,24 +59,29 @@ class Model {
   // split. Returns the summed loss.
   LossSum forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float grad_scale,
                            uint64_t dropout_seed, uint64_t first_sequence = 0);
-  // Called after the backward pass has finished each transformer layer's
-  // parameter gradients (layers in reverse order), e.g. to start reducing them.
+  // tokens and targets are host arrays; the model uploads them into its own
+  // backend buffers (the counting of targets happens on the host).
+  // Called after the backward pass has issued each transformer layer's
+  // parameter gradients (layers in reverse order), e.g. to start reducing them
+  // once a fence (Ops::synchronize) says they are written.
   void set_layer_backward_hook(std::function<void(int layer)> hook) { layer_hook_ = std::move(hook); }
-  // Forward without dropout or gradients. row_loss (optional, [B*T]) gets each token's loss.
+  // Forward without dropout or gradients. row_loss (optional, host, [B*T]) gets each token's loss added.
   LossSum evaluate(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float* row_loss = nullptr);
-  // Full logits [B, T, V], for tests and small models.
+  // Full logits [B, T, V] into host memory, for tests and small models.
   void logits(const int32_t* tokens, int64_t B, int64_t T, float* out);
 
-  Buffer params, grads;
+  DeviceArray<float> params, grads;
 
  private:
-  void forward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed);
+  // Uploads B*T host tokens (and targets, if not null) into the model's buffers.
+  void upload_batch(const int32_t* tokens, const int32_t* targets, int64_t n);
+  void forward(int64_t B, int64_t T, bool training, uint64_t seed);
   // Layer l's forward from its saved input x_in. With to_output it ends in the
   // next layer's input (or x_out); without, it stops once everything the
   // backward reads exists (after the ReLU), as recompute="layers" needs.
   void layer_forward(int l, int64_t B, int64_t T, bool training, uint64_t seed, bool to_output);
   // Expects the gradient of the summed loss w.r.t. the head's input in d_head().
-  void backward(const int32_t* tokens, int64_t B, int64_t T, bool training, uint64_t seed);
+  void backward(int64_t B, int64_t T, bool training, uint64_t seed);
   bool factorized() const { return config_.embedding_dim > 0; }
   // The tied head's input ([N, E] after w_proj_out, or the final LayerNorm's
   // [N, D] output) and the scratch that receives its gradient.
@@ -92,8 +109,10 @@ class Model {
   Ops& ops_;
   ParamLayout layout_;
   ActivationLayout acts_layout_;
-  Buffer activations_;
-  Buffer16 low_weights_;  // bf16/fp16 copy of params (mixed precision only)
+  DeviceArray<float> activations_;
+  DeviceArray<uint16_t> low_weights_;  // bf16/fp16 copy of params (mixed precision only)
+  DeviceArray<int32_t> tokens_, targets_;  // the current micro-batch, [max_batch, n_ctx]
+  DeviceArray<float> row_loss_;            // evaluate(row_loss): per-token losses
   // Per-layer parameter offsets, resolved once; layers that share a block
   // (config.sharing) hold the same offsets, so their gradients add up there.
   struct LayerParams {

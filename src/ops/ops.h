@@ -3,6 +3,12 @@
 // model never sees a backend header. Each op has a plain reference semantics
 // stated here; tests run every backend against the CPU reference.
 //
+// The backend also owns memory (allocate, upload, download, fill, synchronize):
+// the pointers that ops take are the backend's (a DeviceArray's data()), and
+// host code never reads or writes through them; host data moves only by
+// upload and download, through host staging (core/buffer.h). The `checked`
+// backend enforces this on the CPU (docs/design-backend.md).
+//
 // Shapes: B batch, T context, D width, H heads, N = B*T rows.
 // Activations are passed as TensorRef (pointer + element type) so that bf16 and
 // fp16 activations (mixed precision) reuse the same signatures; parameters,
@@ -14,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -64,6 +71,31 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual const char* name() const = 0;
+  // Worker threads of a CPU backend (the OpenMP thread count), for reports; 0 elsewhere.
+  virtual int threads() const { return 0; }
+  // Measured peak of this backend's matrix products (GFLOP/s) in fp32 or bf16,
+  // running for about `seconds` (ctrl bench, ctrl plan --hardware cpu).
+  virtual double measure_peak_gflops(bool bf16, double seconds) = 0;
+
+  // Memory. `name` says what the buffer holds (e.g. "model.params"), for
+  // diagnostics. Returns zero-filled, 64-byte-aligned backend memory.
+  virtual void* allocate(size_t bytes, const char* name) = 0;
+  virtual void release(void* p) = 0;
+  // Host -> backend and backend -> host copies of `bytes` bytes; they return
+  // when the copy is complete (the host buffer may be reused).
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  // The fence: returns when all work issued so far has finished (on the CPU
+  // every op finishes before it returns). The trainer calls it before it hands
+  // gradients that ops wrote to the communicator (dist/communicator.h).
+  virtual void synchronize() = 0;
+  // A communicator whose data plane runs on the host (MPI) reads and writes
+  // backend memory directly when the backend's memory is host memory (cpu,
+  // checked). It does so only between begin_host_access(p) and the matching
+  // end_host_access(p), p being a pointer into one allocation; the checked
+  // backend opens that allocation to the host for the duration.
+  virtual void begin_host_access(const void* p) {}
+  virtual void end_host_access(const void* p) {}
   // What a user should know about running products in `low` precision on this
   // backend's hardware (emulated, or no faster than fp32), or "" when it runs natively.
   virtual std::string precision_note(DType low) const = 0;
@@ -151,7 +183,75 @@ class Ops {
                               float lr) = 0;
 };
 
-// The CPU backend (OpenMP threads, oneDNN matrix products).
-std::unique_ptr<Ops> make_cpu_ops();
+// The backends this build has, in the order the op tests run them: "cpu", "checked".
+std::vector<std::string> available_devices();
+// The backend called `device` (train.device / --device): "cpu", or "checked"
+// (the CPU backend whose memory host code cannot touch: a stray access dies
+// naming the buffer). threads > 0 sets a CPU backend's thread count (train.threads).
+// The environment variable CTRL_DEVICE, when set, replaces "cpu" (the default),
+// so that CI runs the whole suite on another backend; an unknown name throws.
+std::unique_ptr<Ops> make_ops(const std::string& device = "cpu", int threads = 0);
+
+// An array of T in a backend's memory, released with it. data() is for
+// passing to ops only: host code reads and writes the contents with upload
+// and download (no operator[] on purpose).
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(Ops& ops, size_t n, const char* name) : ops_(&ops), n_(n) {
+    if (n) data_ = static_cast<T*>(ops.allocate(n * sizeof(T), name));
+  }
+  ~DeviceArray() {
+    if (data_) ops_->release(data_);
+  }
+  DeviceArray(DeviceArray&& o) noexcept : ops_(o.ops_), data_(o.data_), n_(o.n_) { o.data_ = nullptr, o.n_ = 0; }
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    std::swap(ops_, o.ops_);
+    std::swap(data_, o.data_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  T* data() const { return data_; }
+  size_t size() const { return n_; }
+  // Elements [offset, offset + count) from / to host memory.
+  void upload(const T* host, size_t count, size_t offset = 0) {
+    CTRL_ASSERT(offset + count <= n_);
+    if (count) ops_->upload(data_ + offset, host, count * sizeof(T));
+  }
+  void download(T* host, size_t count, size_t offset = 0) const {
+    CTRL_ASSERT(offset + count <= n_);
+    if (count) ops_->download(host, data_ + offset, count * sizeof(T));
+  }
+  std::vector<T> to_host() const {
+    std::vector<T> v(n_);
+    download(v.data(), n_);
+    return v;
+  }
+  void from_host(const std::vector<T>& v) {
+    CTRL_ASSERT(v.size() == n_);
+    upload(v.data(), n_);
+  }
+
+ private:
+  Ops* ops_ = nullptr;
+  T* data_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Opens one allocation of a backend to host code for a scope (Ops::begin_host_access).
+class HostAccess {
+ public:
+  HostAccess(Ops& ops, const void* p) : ops_(ops), p_(p) { ops_.begin_host_access(p_); }
+  ~HostAccess() { ops_.end_host_access(p_); }
+  HostAccess(const HostAccess&) = delete;
+  HostAccess& operator=(const HostAccess&) = delete;
+
+ private:
+  Ops& ops_;
+  const void* p_;
+};
 
 }  // namespace ctrl

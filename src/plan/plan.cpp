@@ -46,6 +46,7 @@ Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uin
   // The layout counts 4-byte units; its 16-bit slots already take half of one each.
   m.activations = uint64_t(acts.saved) * 4;
   m.workspace = uint64_t(acts.scratch) * 4;
+  m.batch = 2 * ((uint64_t(acts.B * acts.T) * 4 + 63) / 64 * 64);  // Model's tokens_ and targets_
   m.overhead = overhead;
   return m;
 }

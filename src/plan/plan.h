@@ -22,9 +22,10 @@ struct Memory {
   uint64_t grad_shard = 0;    // ZeRO-1 only: the reduce-scatter target, one shard of fp32 gradients
   uint64_t activations = 0;   // saved from forward to backward, for one micro-batch
   uint64_t workspace = 0;     // backward scratch and the fused head's logits chunk
+  uint64_t batch = 0;         // the micro-batch's token ids and targets in backend memory (int32)
   uint64_t overhead = 0;      // runtime, not the engine's buffers
   uint64_t buffers() const {
-    return weights + weights_lowp + grads + optimizer + grad_shard + activations + workspace;
+    return weights + weights_lowp + grads + optimizer + grad_shard + activations + workspace + batch;
   }
   uint64_t total() const { return buffers() + overhead; }
 };

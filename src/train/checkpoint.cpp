@@ -14,18 +14,50 @@ constexpr const char* kFormat = "ctrl-checkpoint";
 constexpr int kVersion = 1;
 }  // namespace
 
+// Downloads elements [begin, begin + count) of a backend buffer through host
+// staging of at most 4M floats and emits them.
+static void emit_download(const DeviceArray<float>& buffer, size_t begin, size_t count,
+                          const OptimizerState::Emit& emit) {
+  std::vector<float> staging(std::min(count, size_t(1) << 22));
+  while (count > 0) {
+    const size_t n = std::min(count, staging.size());
+    buffer.download(staging.data(), n, begin);
+    emit(staging.data(), n);
+    begin += n, count -= n;
+  }
+}
+
 OptimizerState full_state(Optimizer& optimizer) {
   OptimizerState s;
   s.step = optimizer.step_count();
-  for (auto& [name, buffer] : optimizer.state()) s.buffers.push_back({name, buffer->data(), nullptr, nullptr});
+  for (auto& [name, buffer] : optimizer.state()) {
+    const DeviceArray<float>* b = buffer;
+    auto read = [b](size_t begin, size_t count, const OptimizerState::Emit& emit) {
+      emit_download(*b, begin, count, emit);
+    };
+    s.buffers.push_back({name, nullptr, read, [] {}});
+  }
   return s;
 }
 
 void save_checkpoint(const std::string& path, const CheckpointContents& c, const Model& model,
                      const OptimizerState* optimizer) {
+  const DeviceArray<float>& params = model.params;
+  save_checkpoint(path, c, model.layout(),
+                  [&params](const ParamTensor& t, const OptimizerState::Emit& emit) {
+                    emit_download(params, t.offset, t.numel, emit);
+                  },
+                  optimizer);
+}
+
+void save_checkpoint(const std::string& path, const CheckpointContents& c, const ParamLayout& layout,
+                     const ParamSource& params, const OptimizerState* optimizer) {
   SafetensorsWriter w;
-  for (const auto& t : model.layout().tensors) w.add(t.name, DType::F32, t.shape, model.params.data() + t.offset);
-  const auto& tensors = model.layout().tensors;
+  for (const auto& t : layout.tensors)
+    w.add_streamed(t.name, DType::F32, t.shape, [&params, &t](const SafetensorsWriter::Emit& emit) {
+      params(t, [&](const float* data, size_t count) { emit(data, count * sizeof(float)); });
+    });
+  const auto& tensors = layout.tensors;
   if (optimizer)
     for (const auto& b : optimizer->buffers)
       for (size_t i = 0; i < tensors.size(); ++i) {
@@ -103,16 +135,27 @@ bool Checkpoint::has_optimizer_state(const std::string& optimizer) const {
   return false;
 }
 
-static void copy_tensor(const SafetensorsReader& file, const std::string& name, const ParamTensor& t, float* dst) {
+static const uint8_t* tensor_bytes(const SafetensorsReader& file, const std::string& name, const ParamTensor& t) {
   const auto& info = file.get(name);
   if (info.dtype != DType::F32 || info.shape != t.shape)
     fail(file.path() + ": tensor '" + name + "' does not match the model (checkpoint and config disagree)");
-  std::memcpy(dst, info.data, t.numel * sizeof(float));
+  return info.data;
+}
+
+static void copy_tensor(const SafetensorsReader& file, const std::string& name, const ParamTensor& t, float* dst) {
+  std::memcpy(dst, tensor_bytes(file, name, t), t.numel * sizeof(float));
 }
 
 void Checkpoint::load_parameters(Model& model) const {
-  for (const auto& t : model.layout().tensors) copy_tensor(*file_, t.name, t, model.params.data() + t.offset);
+  std::vector<float> staging;  // the mapped file's bytes need not be float-aligned
+  for (const auto& t : model.layout().tensors) {
+    staging.resize(t.numel);
+    copy_tensor(*file_, t.name, t, staging.data());
+    model.params.upload(staging.data(), t.numel, t.offset);
+  }
 }
+
+const void* Checkpoint::parameter(const ParamTensor& t) const { return tensor_bytes(*file_, t.name, t); }
 
 void Checkpoint::read_optimizer_state(const std::string& name, const ParamLayout& layout, float* out) const {
   for (const auto& t : layout.tensors) copy_tensor(*file_, "optimizer." + name + "." + t.name, t, out + t.offset);
@@ -122,7 +165,7 @@ int64_t Checkpoint::optimizer_step() const { return std::stoll(file_->metadata()
 
 void Checkpoint::load_optimizer(Optimizer& optimizer) const {
   const ParamLayout layout = make_param_layout(contents_.config.model);
-  Buffer full(layout.total);
+  std::vector<float> full(layout.total);  // host staging
   for (auto& [state_name, buffer] : optimizer.state()) {
     read_optimizer_state(state_name, layout, full.data());
     optimizer.load_state(state_name, full.data());

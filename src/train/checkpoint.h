@@ -57,10 +57,18 @@ struct OptimizerState {
 // pieces of this many floats (train/shard_stream.h).
 constexpr size_t kZeroCheckpointPieceFloats = size_t(1) << 22;
 
-// optimizer may be null (e.g. an imported or exported model).
+// Emits parameter tensor t's t.numel floats (host memory) for the writer.
+using ParamSource = std::function<void(const ParamTensor& t, const OptimizerState::Emit& emit)>;
+
+// optimizer may be null (e.g. an imported or exported model). The tensors are
+// written one at a time, each downloaded into host staging as the file
+// reaches it: no second copy of the model exists on the host.
 void save_checkpoint(const std::string& path, const CheckpointContents& contents, const Model& model,
                      const OptimizerState* optimizer);
-// The state of an unsharded optimizer, for save_checkpoint.
+// The same with parameters from any source (ctrl hf import: no Model).
+void save_checkpoint(const std::string& path, const CheckpointContents& contents, const ParamLayout& layout,
+                     const ParamSource& params, const OptimizerState* optimizer);
+// The state of an unsharded optimizer, for save_checkpoint (read from the backend piece by piece).
 OptimizerState full_state(Optimizer& optimizer);
 
 class Checkpoint {
@@ -70,8 +78,11 @@ class Checkpoint {
   const CheckpointContents& contents() const { return contents_; }
   const Config& config() const { return contents_.config; }
   bool has_optimizer_state(const std::string& optimizer) const;
-  // Copies parameters into the model; every tensor's shape must match.
+  // Uploads parameters into the model a tensor at a time; every tensor's shape must match.
   void load_parameters(Model& model) const;
+  // Parameter tensor t's bytes (t.numel floats, in the mapped file, possibly
+  // unaligned: copy them with memcpy), checked against its shape.
+  const void* parameter(const ParamTensor& t) const;
   // Reads one full-size optimizer state buffer (e.g. "adamw.m") into out.
   void read_optimizer_state(const std::string& name, const ParamLayout& layout, float* out) const;
   int64_t optimizer_step() const;

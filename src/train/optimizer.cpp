@@ -9,19 +9,19 @@ Optimizer::Optimizer(const TrainConfig& config, const ParamLayout& layout, Ops& 
                      size_t shard_size)
     : config_(config), layout_(layout), ops_(ops), shard_begin_(shard_begin),
       shard_size_(shard_size ? shard_size : layout.total) {
-  v_ = Buffer(shard_size_);
+  v_ = DeviceArray<float>(ops, shard_size_, config.optimizer == "adamw" ? "optimizer.adamw.v" : "optimizer.adagrad.acc");
   if (config.optimizer == "adamw") {
-    m_ = Buffer(shard_size_);
+    m_ = DeviceArray<float>(ops, shard_size_, "optimizer.adamw.m");
   } else {
     ops_.fill(v_.data(), v_.size(), float(config.adagrad_initial_accumulator));
   }
 }
 
-double Optimizer::grad_norm(const Buffer& grads) const {
+double Optimizer::grad_norm(const DeviceArray<float>& grads) const {
   return std::sqrt(ops_.sum_squares(grads.data(), grads.size()));
 }
 
-double Optimizer::clip(Buffer& grads, double max_norm) const {
+double Optimizer::clip(DeviceArray<float>& grads, double max_norm) const {
   const double norm = grad_norm(grads);
   if (max_norm > 0) {
     const double factor = max_norm / (norm + 1e-6);
@@ -30,7 +30,7 @@ double Optimizer::clip(Buffer& grads, double max_norm) const {
   return norm;
 }
 
-void Optimizer::step(Buffer& params, const float* shard_grads, double lr) {
+void Optimizer::step(DeviceArray<float>& params, const float* shard_grads, double lr) {
   ++t_;
   if (segments_.empty()) {  // the parts of each tensor inside the shard, computed once
     const size_t end = shard_begin_ + shard_size_;
@@ -47,7 +47,7 @@ void Optimizer::step(Buffer& params, const float* shard_grads, double lr) {
     ops_.adagrad_update(params.data(), shard_grads, v_.data(), segments_, float(lr));
 }
 
-std::vector<std::pair<std::string, Buffer*>> Optimizer::state() {
+std::vector<std::pair<std::string, DeviceArray<float>*>> Optimizer::state() {
   if (config_.optimizer == "adamw") return {{"adamw.m", &m_}, {"adamw.v", &v_}};
   return {{"adagrad.accumulator", &v_}};
 }
@@ -56,7 +56,7 @@ void Optimizer::load_state(const std::string& name, const float* full) {
   for (auto& [n, buffer] : state())
     if (n == name) {
       const size_t count = std::min(shard_size_, layout_.total - std::min(layout_.total, shard_begin_));
-      std::copy(full + shard_begin_, full + shard_begin_ + count, buffer->data());
+      buffer->upload(full + shard_begin_, count);
     }
 }
 

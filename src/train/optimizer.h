@@ -21,16 +21,18 @@ class Optimizer {
   Optimizer(const TrainConfig& config, const ParamLayout& layout, Ops& ops, size_t shard_begin = 0,
             size_t shard_size = 0);
 
-  // Global L2 norm of the gradients.
-  double grad_norm(const Buffer& grads) const;
+  // Global L2 norm of the gradients (backend buffers, like every buffer here).
+  double grad_norm(const DeviceArray<float>& grads) const;
   // Scales gradients so their norm is at most max_norm, as
   // torch.nn.utils.clip_grad_norm_ does (factor max_norm / (norm + 1e-6)).
   // Returns the norm before clipping.
-  double clip(Buffer& grads, double max_norm) const;
+  double clip(DeviceArray<float>& grads, double max_norm) const;
   // One update of the shard with learning rate lr; shard_grads[i] is the
   // gradient of element shard_begin + i. Increments step_count().
-  void step(Buffer& params, const float* shard_grads, double lr);
-  void step(Buffer& params, const Buffer& grads, double lr) { step(params, grads.data() + shard_begin_, lr); }
+  void step(DeviceArray<float>& params, const float* shard_grads, double lr);
+  void step(DeviceArray<float>& params, const DeviceArray<float>& grads, double lr) {
+    step(params, grads.data() + shard_begin_, lr);
+  }
 
   int64_t step_count() const { return t_; }
   void set_step_count(int64_t t) { t_ = t; }
@@ -38,8 +40,8 @@ class Optimizer {
   size_t shard_size() const { return shard_size_; }
   // The state buffers by name ("adamw.m", "adamw.v" or "adagrad.accumulator"),
   // each covering the shard.
-  std::vector<std::pair<std::string, Buffer*>> state();
-  // Copies the shard out of a full-size (layout.total) state buffer.
+  std::vector<std::pair<std::string, DeviceArray<float>*>> state();
+  // Uploads the shard out of a full-size (layout.total) host state buffer.
   void load_state(const std::string& name, const float* full);
 
  private:
@@ -47,7 +49,7 @@ class Optimizer {
   const ParamLayout& layout_;
   Ops& ops_;
   size_t shard_begin_, shard_size_;
-  Buffer m_, v_;  // AdamW moments, or v_ as the Adagrad accumulator
+  DeviceArray<float> m_, v_;  // AdamW moments, or v_ as the Adagrad accumulator
   std::vector<UpdateSegment> segments_;
   int64_t t_ = 0;
 };

@@ -1,5 +1,6 @@
 // Streams a ZeRO-1-sharded buffer to a checkpoint writer a piece at a time
-// (train/trainer.cpp, Trainer::save).
+// (train/trainer.cpp, Trainer::save). The shard is backend memory: each piece
+// is downloaded into host staging before it is broadcast.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -7,6 +8,7 @@
 
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "ops/ops.h"
 #include "train/checkpoint.h"
 
 namespace ctrl {
@@ -20,8 +22,8 @@ namespace ctrl {
 // hold one piece between them).
 class ShardStream {
  public:
-  ShardStream(Communicator& comm, const float* shard, size_t shard_size, size_t piece)
-      : comm_(comm), shard_(shard), shard_size_(shard_size), piece_(std::min(piece, shard_size)) {}
+  ShardStream(Communicator& comm, const DeviceArray<float>& shard, size_t piece)
+      : comm_(comm), shard_(shard), shard_size_(shard.size()), piece_(std::min(piece, shard.size())) {}
 
   // Emits elements [begin, begin + count) of the whole buffer; ranges must increase.
   void read(size_t begin, size_t count, const OptimizerState::Emit& emit) {
@@ -51,7 +53,7 @@ class ShardStream {
     }
     if (staging_.empty()) staging_.resize(piece_);
     const size_t n = std::min(piece_, shard_size_ - at_);
-    if (comm_.rank() == owner_) std::copy(shard_ + at_, shard_ + at_ + n, staging_.data());
+    if (comm_.rank() == owner_) shard_.download(staging_.data(), n, at_);
     comm_.broadcast(staging_.data(), n * sizeof(float), owner_);
     window_begin_ = size_t(owner_) * shard_size_ + at_, window_size_ = n;
     at_ += n;
@@ -60,7 +62,7 @@ class ShardStream {
   }
 
   Communicator& comm_;
-  const float* shard_;
+  const DeviceArray<float>& shard_;
   size_t shard_size_, piece_;
   std::vector<float> staging_;
   int owner_ = 0;                              // rank whose shard the next piece comes from

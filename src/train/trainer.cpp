@@ -1,7 +1,5 @@
 #include "train/trainer.h"
 
-#include <omp.h>
-
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -128,7 +126,6 @@ std::vector<CodeLoss> evaluate_held_out(Model& model, const Batches& batches, in
 
 Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(config), options_(options) {
   validate(config_);
-  if (config_.train.threads > 0) omp_set_num_threads(int(config_.train.threads));
   comm_ = options_.comm;
   if (!comm_) {
     own_comm_ = make_single_communicator();
@@ -185,15 +182,14 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   if (dataset_) comm_->check_identical("the corpus manifest", dataset_->manifest().sources_json +
                                                                   std::to_string(dataset_->manifest().tokenizer_crc32));
 
-  ops_ = make_cpu_ops();
+  ops_ = make_ops(t.device, int(t.threads));
   model_ = std::make_unique<Model>(config_.model, *ops_, t.micro_batch, activation_dtype(t.precision));
   const ParamLayout& layout = model_->layout();
   if (options_.zero == 1) {
     // Shards of equal size; the buffers are padded so reduce-scatter and all-gather tile them exactly.
     const size_t shard = (layout.total + size_t(ranks) - 1) / size_t(ranks);
-    model_->params = Buffer(shard * size_t(ranks));
-    model_->grads = Buffer(shard * size_t(ranks));
-    grad_shard_ = Buffer(shard);
+    model_->pad_buffers(shard * size_t(ranks));
+    grad_shard_ = DeviceArray<float>(*ops_, shard, "trainer.grad_shard");
     optimizer_ = std::make_unique<Optimizer>(t, layout, *ops_, shard * size_t(comm_->rank()), shard);
   } else {
     optimizer_ = std::make_unique<Optimizer>(t, layout, *ops_);
@@ -239,12 +235,16 @@ void Trainer::share_initial_state(const Checkpoint* checkpoint) {
     flags[2] = state_.step, flags[3] = state_.next_sequence;
   }
   comm_->broadcast(flags, sizeof flags, 0);
-  comm_->broadcast(model_->params.data(), layout.total * sizeof(float), 0);
+  ops_->synchronize();
+  {
+    HostAccess lend(*ops_, model_->params.data());
+    comm_->broadcast(model_->params.data(), layout.total * sizeof(float), 0);
+  }
   comm_->broadcast(&state_.elapsed_seconds, sizeof(double), 0);
   comm_->broadcast(&state_.scaler, sizeof state_.scaler, 0);
   state_.step = flags[2], state_.next_sequence = flags[3];
   if (!flags[1]) return;
-  Buffer full(layout.total);
+  std::vector<float> full(layout.total);  // host staging
   for (auto& [name, buffer] : optimizer_->state()) {
     if (writer()) checkpoint->read_optimizer_state(name, layout, full.data());
     comm_->broadcast(full.data(), layout.total * sizeof(float), 0);
@@ -280,7 +280,7 @@ void Trainer::train_step() {
     if (overlap)
       model_->set_layer_backward_hook([this](int layer) {
         const auto [lo, hi] = layer_ranges_[size_t(layer)];
-        if (hi > lo) pending_.push_back(comm_->all_reduce_sum_start(model_->grads.data() + lo, hi - lo));
+        if (hi > lo) start_reduce(lo, hi - lo);
       });
     batches_->train(seq, t.micro_batch, tokens_.data(), targets_.data());
     loss_sum += model_->forward_backward(tokens_.data(), targets_.data(), t.micro_batch, T, grad_scale,
@@ -306,7 +306,11 @@ void Trainer::train_step() {
     // Reduce-scatter: this rank gets the summed gradients of its shard, clips
     // them with the global norm, updates its shard, and all-gather shares the result.
     const size_t shard = grad_shard_.size();
-    comm_->reduce_scatter_sum(model_->grads.data(), grad_shard_.data(), shard);
+    ops_->synchronize();  // the backward's gradients are written
+    {
+      HostAccess lend_grads(*ops_, model_->grads.data()), lend_shard(*ops_, grad_shard_.data());
+      comm_->reduce_scatter_sum(model_->grads.data(), grad_shard_.data(), shard);
+    }
     double sq = ops_->sum_squares(grad_shard_.data(), shard);
     comm_->all_reduce_sum(&sq, 1);
     norm = std::sqrt(sq) / loss_scale;
@@ -315,6 +319,8 @@ void Trainer::train_step() {
       if (t.clip_norm > 0 && t.clip_norm / (norm + 1e-6) < 1.0) factor *= t.clip_norm / (norm + 1e-6);
       if (factor != 1.0) ops_->scale(grad_shard_.data(), shard, float(factor));
       optimizer_->step(model_->params, grad_shard_.data(), lr);
+      ops_->synchronize();
+      HostAccess lend(*ops_, model_->params.data());
       comm_->all_gather(model_->params.data() + optimizer_->shard_begin(), model_->params.data(), shard);
     }
   } else {
@@ -342,9 +348,21 @@ void Trainer::reduce_gradients() {
   if (comm_->size() == 1) return;
   const ParamLayout& layout = model_->layout();
   for (const auto& p : layout.tensors)
-    if (p.layer < 0) pending_.push_back(comm_->all_reduce_sum_start(model_->grads.data() + p.offset, p.numel));
+    if (p.layer < 0) start_reduce(p.offset, p.numel);
   if (!pending_.empty()) comm_->wait(pending_.back());
   pending_.clear();
+  if (grads_lent_) ops_->end_host_access(model_->grads.data());
+  grads_lent_ = false;
+}
+
+// Hands gradient elements [offset, offset + n) to the communicator once the
+// fence says the backward that wrote them has finished (dist/communicator.h);
+// the gradients stay lent to it until reduce_gradients waits for them all.
+void Trainer::start_reduce(size_t offset, size_t n) {
+  ops_->synchronize();
+  if (!grads_lent_) ops_->begin_host_access(model_->grads.data());
+  grads_lent_ = true;
+  pending_.push_back(comm_->all_reduce_sum_start(model_->grads.data() + offset, n));
 }
 
 void Trainer::log_step(double loss, double lr, double norm, double seconds) {
@@ -405,8 +423,7 @@ void Trainer::save() {
   if (options_.zero == 1) {
     optimizer_state.buffers.clear();
     for (auto& [name, buffer] : optimizer_->state()) {
-      streams.push_back(
-          std::make_unique<ShardStream>(*comm_, buffer->data(), buffer->size(), kZeroCheckpointPieceFloats));
+      streams.push_back(std::make_unique<ShardStream>(*comm_, *buffer, kZeroCheckpointPieceFloats));
       ShardStream* s = streams.back().get();
       auto read = [s](size_t begin, size_t count, const OptimizerState::Emit& emit) { s->read(begin, count, emit); };
       optimizer_state.buffers.push_back({name, nullptr, read, [s] { s->finish(); }});
@@ -429,7 +446,7 @@ void Trainer::run() {
                  config_.preset.c_str(), double(model_->layout().count()) / 1e6,
                  train_flops_per_token(config_.model) / 1e6, train_hardware_flops_per_token(config_.model) / 1e6,
                  static_cast<long long>(t.steps), static_cast<long long>(t.global_batch),
-                 static_cast<long long>(config_.model.n_ctx), omp_get_max_threads());
+                 static_cast<long long>(config_.model.n_ctx), ops_->threads());
   const std::string note = ops_->precision_note(activation_dtype(t.precision));
   if (!options_.quiet && writer() && !note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
   const auto [fault, fault_step] = test_fault();

@@ -57,6 +57,7 @@ class Trainer {
   void save();
   void log_step(double loss, double lr, double norm, double step_seconds);
   void reduce_gradients();
+  void start_reduce(size_t offset, size_t n);
   void share_initial_state(const Checkpoint* checkpoint);
   bool writer() const { return comm_->rank() == 0; }
 
@@ -68,7 +69,8 @@ class Trainer {
   // continues), then the rest (embedding, final LayerNorm, head bias).
   std::vector<std::pair<size_t, size_t>> layer_ranges_;
   std::vector<int> pending_;
-  Buffer grad_shard_;  // ZeRO-1: this rank's share of the summed gradients
+  DeviceArray<float> grad_shard_;  // ZeRO-1: this rank's share of the summed gradients
+  bool grads_lent_ = false;         // the communicator holds model grads (begin_host_access)
   std::unique_ptr<Ops> ops_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;

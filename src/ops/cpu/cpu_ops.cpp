@@ -5,15 +5,38 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
 
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/vec_math.h"
 
 namespace ctrl {
 
-std::unique_ptr<Ops> make_cpu_ops() { return std::make_unique<cpu::CpuOps>(); }
-
 namespace cpu {
+
+CpuOps::CpuOps(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+int CpuOps::threads() const { return omp_get_max_threads(); }
+
+double CpuOps::measure_peak_gflops(bool bf16, double seconds) { return measure_gemm_peak_gflops(bf16, seconds); }
+
+void* CpuOps::allocate(size_t bytes, const char*) {
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return p;
+}
+
+void CpuOps::release(void* p) { std::free(p); }
+
+void CpuOps::upload(void* dst, const void* host_src, size_t bytes) { std::memcpy(dst, host_src, bytes); }
+
+void CpuOps::download(void* host_dst, const void* src, size_t bytes) { std::memcpy(host_dst, src, bytes); }
 
 namespace {
 // Columns are split across threads; each column sums its rows in order.

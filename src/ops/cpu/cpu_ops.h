@@ -10,7 +10,17 @@ namespace ctrl::cpu {
 
 class CpuOps final : public Ops {
  public:
+  // threads > 0 sets the OpenMP thread count (process-wide, as OpenMP has one).
+  explicit CpuOps(int threads = 0);
   const char* name() const override { return "cpu"; }
+  int threads() const override;
+  double measure_peak_gflops(bool bf16, double seconds) override;
+  // Memory is host memory (aligned_alloc); upload and download are memcpy.
+  void* allocate(size_t bytes, const char* name) override;
+  void release(void* p) override;
+  void upload(void* dst, const void* host_src, size_t bytes) override;
+  void download(void* host_dst, const void* src, size_t bytes) override;
+  void synchronize() override {}
   std::string precision_note(DType low) const override;
   void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
                       int64_t Din) override;

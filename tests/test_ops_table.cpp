@@ -1,0 +1,364 @@
+// One op-test table for every backend (as ggml's test-backend-ops): every op
+// of ops/ops.h, across element types and shapes (odd sizes, T = 1, a
+// vocabulary that ends in a partial block of the fused head), runs on every
+// backend in available_devices() against the CPU reference, with an error
+// bound stated per case. A new backend joins by adding itself to that list.
+//
+// Each case names its buffers (type, size, how they start: random, zero, or
+// token ids) and a function that runs the op on them. The harness allocates
+// the buffers on the backend, uploads the same host values as the reference
+// gets, runs the op, downloads every buffer the case marks as output and
+// compares: max |backend - reference| <= bound × max(1, max |reference|).
+// The CPU backends run the same kernels, so their bound is met with 0; the
+// bounds are what a GPU backend (other summation orders, fused kernels) must meet.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/safetensors.h"
+#include "ops/ops.h"
+#include "test_support.h"
+
+namespace ctrl {
+namespace {
+
+enum class Init { Random, Zero, Positive, Tokens, Targets };
+
+struct Slot {
+  DType dtype;
+  size_t n;
+  Init init = Init::Random;
+  bool output = false;
+  int64_t vocab = 0;  // Tokens/Targets: ids in [0, vocab); Targets also has some -1
+};
+
+struct Case {
+  std::string name;
+  double bound;  // allowed max |backend - reference| relative to max(1, max |reference|)
+  std::vector<Slot> slots;
+  // Runs the op on the slots' backend pointers; returns the op's scalar result (or 0).
+  std::function<double(Ops&, const std::vector<void*>&)> run;
+};
+
+size_t element_size(DType t) { return t == DType::F32 || t == DType::I32 ? 4 : 2; }
+
+// The host values a slot starts from, as raw bytes of its type.
+std::vector<uint8_t> initial(const Slot& s, uint64_t seed) {
+  std::vector<uint8_t> bytes(s.n * element_size(s.dtype));
+  for (size_t i = 0; i < s.n; ++i) {
+    double v = 0;
+    if (s.init == Init::Random) v = random_normal(seed, 1, i);
+    if (s.init == Init::Positive) v = 0.5 + std::abs(random_normal(seed, 2, i));
+    if (s.init == Init::Tokens || s.init == Init::Targets) {
+      int32_t id = int32_t(random_bits(seed, 3, i) % uint64_t(s.vocab));
+      if (s.init == Init::Targets && i % 5 == 3) id = -1;  // ignored rows
+      std::memcpy(&bytes[i * 4], &id, 4);
+      continue;
+    }
+    const float f = float(v);
+    if (s.dtype == DType::F32) std::memcpy(&bytes[i * 4], &f, 4);
+    else {
+      const uint16_t h = s.dtype == DType::BF16 ? float_to_bf16(f) : float_to_f16(f);
+      std::memcpy(&bytes[i * 2], &h, 2);
+    }
+  }
+  return bytes;
+}
+
+std::vector<double> as_doubles(const Slot& s, const std::vector<uint8_t>& bytes) {
+  std::vector<double> out(s.n);
+  for (size_t i = 0; i < s.n; ++i) {
+    if (s.dtype == DType::F32) {
+      float f;
+      std::memcpy(&f, &bytes[i * 4], 4);
+      out[i] = f;
+    } else if (s.dtype == DType::I32) {
+      int32_t v;
+      std::memcpy(&v, &bytes[i * 4], 4);
+      out[i] = v;
+    } else {
+      uint16_t h;
+      std::memcpy(&h, &bytes[i * 2], 2);
+      out[i] = s.dtype == DType::BF16 ? bf16_to_float(h) : f16_to_float(h);
+    }
+  }
+  return out;
+}
+
+struct Result {
+  std::vector<std::vector<double>> outputs;
+  double value = 0;
+};
+
+Result run_case(Ops& ops, const Case& c) {
+  std::vector<DeviceArray<uint8_t>> buffers;
+  std::vector<void*> ptrs;
+  for (size_t k = 0; k < c.slots.size(); ++k) {
+    const auto bytes = initial(c.slots[k], 100 + k);
+    buffers.emplace_back(ops, bytes.size(), "op-test");
+    buffers.back().upload(bytes.data(), bytes.size());
+    ptrs.push_back(buffers.back().data());
+  }
+  Result r;
+  r.value = c.run(ops, ptrs);
+  ops.synchronize();
+  for (size_t k = 0; k < c.slots.size(); ++k)
+    if (c.slots[k].output) r.outputs.push_back(as_doubles(c.slots[k], buffers[k].to_host()));
+  return r;
+}
+
+float* F(void* p) { return static_cast<float*>(p); }
+const int32_t* I(void* p) { return static_cast<const int32_t*>(p); }
+Slot in(DType t, size_t n, Init i = Init::Random) { return {t, n, i, false}; }
+Slot out(DType t, size_t n, Init i = Init::Random) { return {t, n, i, true}; }
+Slot ids(size_t n, int64_t vocab, bool targets = false) {
+  return {DType::I32, n, targets ? Init::Targets : Init::Tokens, false, vocab};
+}
+std::string str(DType t) { return t == DType::F32 ? "f32" : t == DType::BF16 ? "bf16" : "f16"; }
+// fp32 results to 1e-5 of their scale; results through 16-bit products or storage to 16-bit rounding.
+double bound_for(DType t) { return t == DType::F32 ? 1e-5 : t == DType::BF16 ? 1.6e-2 : 2e-3; }
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  const DType F32 = DType::F32, BF16 = DType::BF16, F16 = DType::F16;
+  // Matrix products: odd shapes, a single row (T = 1), with and without bias.
+  for (DType t : {F32, BF16, F16})
+    for (auto [N, Dout, Din] : std::vector<std::array<int64_t, 3>>{{1, 13, 9}, {7, 33, 17}, {64, 48, 32}})
+      for (bool bias : {true, false}) {
+        const DType o = t == BF16 ? BF16 : F32;
+        cases.push_back({"linear_forward " + str(t) + " N" + std::to_string(N) + " " + std::to_string(Dout) + "x" +
+                             std::to_string(Din) + (bias ? " bias" : ""),
+                         bound_for(t),
+                         {out(o, size_t(N * Dout), Init::Zero), in(t, size_t(N * Din)), in(t, size_t(Dout * Din)),
+                          in(F32, size_t(Dout))},
+                         [=](Ops& ops, const std::vector<void*>& p) {
+                           ops.linear_forward({p[0], o}, {p[1], t}, {p[2], t}, bias ? F(p[3]) : nullptr, N, Dout, Din);
+                           return 0.0;
+                         }});
+        if (t == F16) continue;
+        for (bool acc : {false, true})
+          cases.push_back({"linear_backward " + str(t) + " N" + std::to_string(N) + " " + std::to_string(Dout) + "x" +
+                               std::to_string(Din) + (acc ? " accumulate" : ""),
+                           bound_for(t),
+                           {out(F32, size_t(N * Din)), out(F32, size_t(Dout * Din)), out(F32, size_t(Dout)),
+                            in(F32, size_t(N * Dout)), in(t, size_t(N * Din)), in(t, size_t(Dout * Din))},
+                           [=](Ops& ops, const std::vector<void*>& p) {
+                             ops.linear_backward(F(p[0]), F(p[1]), bias ? F(p[2]) : nullptr, F(p[3]), {p[4], t},
+                                                 {p[5], t}, N, Dout, Din, acc);
+                             return 0.0;
+                           }});
+      }
+  // LayerNorm: fp32 or bf16 input, odd widths, one row.
+  for (DType t : {F32, BF16})
+    for (auto [N, D] : std::vector<std::array<int64_t, 2>>{{1, 8}, {7, 33}, {16, 64}}) {
+      const std::string shape = " N" + std::to_string(N) + " D" + std::to_string(D);
+      cases.push_back({"layernorm_forward " + str(t) + shape, bound_for(t),
+                       {out(t, size_t(N * D), Init::Zero), out(F32, size_t(N)), out(F32, size_t(N)),
+                        in(t, size_t(N * D)), in(F32, size_t(D)), in(F32, size_t(D))},
+                       [=](Ops& ops, const std::vector<void*>& p) {
+                         ops.layernorm_forward({p[0], t}, F(p[1]), F(p[2]), {p[3], t}, F(p[4]), F(p[5]), N, D, 1e-5f);
+                         return 0.0;
+                       }});
+      cases.push_back({"layernorm_backward " + str(t) + shape, 1e-4,
+                       {out(F32, size_t(N * D)), out(F32, size_t(D)), out(F32, size_t(D)), in(F32, size_t(N * D)),
+                        in(t, size_t(N * D)), in(F32, size_t(N)), in(F32, size_t(N), Init::Positive),
+                        in(F32, size_t(D))},
+                       [=](Ops& ops, const std::vector<void*>& p) {
+                         ops.layernorm_backward(F(p[0]), F(p[1]), F(p[2]), F(p[3]), {p[4], t}, F(p[5]), F(p[6]),
+                                                F(p[7]), N, D);
+                         return 0.0;
+                       }});
+    }
+  // Attention: T = 1, odd T, several heads; fp32, and bf16 activations.
+  for (DType t : {F32, BF16})
+    for (auto [B, T, D, H] : std::vector<std::array<int64_t, 4>>{{1, 1, 8, 2}, {2, 5, 12, 3}, {1, 17, 16, 4}}) {
+      const std::string shape =
+          " B" + std::to_string(B) + " T" + std::to_string(T) + " D" + std::to_string(D) + " H" + std::to_string(H);
+      const size_t rows = size_t(B * T);
+      cases.push_back({"attention_forward " + str(t) + shape, bound_for(t),
+                       {out(t, rows * size_t(D), Init::Zero), out(t, size_t(B * H * T * T), Init::Zero),
+                        in(t, rows * size_t(3 * D))},
+                       [=](Ops& ops, const std::vector<void*>& p) {
+                         ops.attention_forward({p[0], t}, {p[1], t}, {p[2], t}, B, T, D, H);
+                         return 0.0;
+                       }});
+      // The backward reads a softmax that the forward made.
+      cases.push_back({"attention_backward " + str(t) + shape, t == F32 ? 1e-4 : 3e-2,
+                       {out(t, rows * size_t(3 * D), Init::Zero), in(t, rows * size_t(D)),
+                        in(t, rows * size_t(3 * D)), in(t, size_t(B * H * T * T), Init::Zero),
+                        in(t, rows * size_t(D), Init::Zero)},
+                       [=](Ops& ops, const std::vector<void*>& p) {
+                         ops.attention_forward({p[4], t}, {p[3], t}, {p[2], t}, B, T, D, H);
+                         ops.attention_backward({p[0], t}, {p[1], t}, {p[2], t}, {p[3], t}, B, T, D, H);
+                         return 0.0;
+                       }});
+    }
+  // Embedding and position, at widths that are even (sin | cos halves).
+  for (auto [B, T, D] : std::vector<std::array<int64_t, 3>>{{1, 1, 8}, {2, 7, 12}}) {
+    const int64_t V = 11;
+    const std::string shape = " B" + std::to_string(B) + " T" + std::to_string(T) + " D" + std::to_string(D);
+    for (DType t : {F32})
+      cases.push_back({"embedding_forward " + str(t) + shape, bound_for(t),
+                       {out(t, size_t(B * T * D), Init::Zero), ids(size_t(B * T), V), in(F32, size_t(V * D))},
+                       [=](Ops& ops, const std::vector<void*>& p) {
+                         ops.embedding_forward({p[0], t}, I(p[1]), F(p[2]), B, T, D, 2.5f);
+                         return 0.0;
+                       }});
+    cases.push_back({"embedding_backward f32" + shape, 1e-5,
+                     {out(F32, size_t(V * D)), in(F32, size_t(B * T * D)), ids(size_t(B * T), V)},
+                     [=](Ops& ops, const std::vector<void*>& p) {
+                       ops.embedding_backward(F(p[0]), F(p[1]), I(p[2]), B, T, D, 2.5f);
+                       return 0.0;
+                     }});
+  }
+  cases.push_back({"embedding_at position 9", 1e-6, {out(F32, 12, Init::Zero), in(F32, 11 * 12)},
+                   [](Ops& ops, const std::vector<void*>& p) {
+                     ops.embedding_at(F(p[0]), 7, 9, F(p[1]), 12, 1.5f);
+                     return 0.0;
+                   }});
+  for (int64_t n : {1, 6})
+    cases.push_back({"attention_decode n" + std::to_string(n), 1e-5,
+                     {out(F32, 12, Init::Zero), in(F32, 36), in(F32, size_t(n * 12)), in(F32, size_t(n * 12))},
+                     [=](Ops& ops, const std::vector<void*>& p) {
+                       ops.attention_decode(F(p[0]), F(p[1]), F(p[2]), F(p[3]), n, 12, 3);
+                       return 0.0;
+                     }});
+  // Element-wise ops, odd lengths; ReLU in every storage type (dropout and
+  // the residual stream are fp32 by the op contract).
+  DropoutSpec drop;
+  drop.p = 0.3f, drop.seed = 5, drop.stream = 2, drop.first_index = 77;
+  for (DType t : {F32, BF16, F16})
+    for (size_t n : {size_t(1), size_t(1037)}) {
+      const std::string shape = " " + str(t) + " n" + std::to_string(n);
+      if (t == F16) {  // relu_backward takes bf16 or fp32 gradients
+        cases.push_back({"relu_forward" + shape, 0, {out(t, n)}, [=](Ops& ops, const std::vector<void*>& p) {
+                           ops.relu_forward({p[0], t}, n);
+                           return 0.0;
+                         }});
+        continue;
+      }
+      cases.push_back({"relu_forward" + shape, 0, {out(t, n)}, [=](Ops& ops, const std::vector<void*>& p) {
+                         ops.relu_forward({p[0], t}, n);
+                         return 0.0;
+                       }});
+      cases.push_back({"relu_backward" + shape, 0, {out(t, n), in(t, n)}, [=](Ops& ops, const std::vector<void*>& p) {
+                         ops.relu_backward({p[0], t}, {p[1], t}, n);
+                         return 0.0;
+                       }});
+      if (t != F32) continue;
+      cases.push_back({"dropout" + shape, 0, {out(t, n)}, [=](Ops& ops, const std::vector<void*>& p) {
+                         ops.dropout({p[0], t}, n, drop);
+                         return 0.0;
+                       }});
+      cases.push_back({"residual_add" + shape, 1e-6, {out(F32, n), in(F32, n), in(t, n)},
+                       [=](Ops& ops, const std::vector<void*>& p) {
+                         ops.residual_add(F(p[0]), F(p[1]), {p[2], t}, n, drop);
+                         return 0.0;
+                       }});
+    }
+  // Conversions: fp32 to and from each type (copy's contract).
+  for (DType from : {F32, BF16, F16})
+    for (DType to : {F32, BF16, F16})
+      if (from == F32 || to == F32) cases.push_back({"copy " + str(from) + "->" + str(to), 0, {out(to, 1037, Init::Zero), in(from, 1037)},
+                       [=](Ops& ops, const std::vector<void*>& p) {
+                         ops.copy({p[0], to}, {p[1], from}, 1037);
+                         return 0.0;
+                       }});
+  // The fused head and loss: one row, odd rows in chunks of 3, and a
+  // vocabulary of one full block of 2048 plus a partial one.
+  for (DType t : {F32, BF16})
+    for (auto [N, D, V] : std::vector<std::array<int64_t, 3>>{{1, 8, 11}, {7, 12, 37}, {5, 16, 2085}})
+      for (bool training : {false, true}) {
+        const int64_t chunk = 3;
+        cases.push_back(
+            {"lm_head_loss " + str(t) + " N" + std::to_string(N) + " D" + std::to_string(D) + " V" +
+                 std::to_string(V) + (training ? " train" : " eval"),
+             t == F32 ? 1e-5 : 2e-2,
+             {in(t, size_t(N * D)), in(t, size_t(V * D)), in(F32, size_t(V)), ids(size_t(N), V, true),
+              out(F32, size_t(N * D)), out(F32, size_t(V * D)), out(F32, size_t(V)), out(F32, size_t(N)),
+              in(F32, size_t(chunk * V), Init::Zero)},
+             [=](Ops& ops, const std::vector<void*>& p) {
+               return ops.lm_head_loss({p[0], t}, {p[1], t}, F(p[2]), I(p[3]), N, D, V, 0.25f,
+                                       training ? F(p[4]) : nullptr, training ? F(p[5]) : nullptr,
+                                       training ? F(p[6]) : nullptr, F(p[7]), F(p[8]), chunk);
+             }});
+      }
+  // Reductions, scaling and the optimizer updates over segments that skip padding.
+  cases.push_back({"sum_squares n1037", 1e-6, {in(F32, 1037)}, [](Ops& ops, const std::vector<void*>& p) {
+                     return ops.sum_squares(F(p[0]), 1037);
+                   }});
+  cases.push_back({"scale n1037", 0, {out(F32, 1037)}, [](Ops& ops, const std::vector<void*>& p) {
+                     ops.scale(F(p[0]), 1037, 0.37f);
+                     return 0.0;
+                   }});
+  cases.push_back({"fill n1037", 0, {out(F32, 1037)}, [](Ops& ops, const std::vector<void*>& p) {
+                     ops.fill(F(p[0]) + 3, 1000, -2.5f);
+                     return 0.0;
+                   }});
+  const std::vector<UpdateSegment> segments = {{0, 0, 13, 0.1f}, {16, 16, 1, 0.0f}, {32, 20, 999, 0.1f}};
+  cases.push_back({"adamw_update", 1e-6,
+                   {out(F32, 1040), in(F32, 1040), out(F32, 1040), out(F32, 1040, Init::Positive)},
+                   [=](Ops& ops, const std::vector<void*>& p) {
+                     ops.adamw_update(F(p[0]), F(p[1]), F(p[2]), F(p[3]), segments, 1e-2f, 0.9f, 0.95f, 1e-8f, 3);
+                     return 0.0;
+                   }});
+  cases.push_back({"adagrad_update", 1e-6, {out(F32, 1040), in(F32, 1040), out(F32, 1040, Init::Positive)},
+                   [=](Ops& ops, const std::vector<void*>& p) {
+                     ops.adagrad_update(F(p[0]), F(p[1]), F(p[2]), segments, 5e-2f);
+                     return 0.0;
+                   }});
+  return cases;
+}
+
+class OpTable : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OpTable, EveryOpMatchesTheCpuReferenceWithinItsBound) {
+  auto reference = test_support::make_cpu_reference();
+  auto backend = make_ops(GetParam());
+  const auto cases = all_cases();
+  EXPECT_GT(cases.size(), 100u);
+  for (const Case& c : cases) {
+    const Result want = run_case(*reference, c), got = run_case(*backend, c);
+    double scale = std::max(1.0, std::abs(want.value)), err = std::abs(got.value - want.value);
+    for (size_t k = 0; k < want.outputs.size(); ++k)
+      for (size_t i = 0; i < want.outputs[k].size(); ++i) {
+        const double w = want.outputs[k][i], g = got.outputs[k][i];
+        if (std::isnan(w) != std::isnan(g)) err = INFINITY;
+        if (std::isnan(w)) continue;
+        scale = std::max(scale, std::abs(w));
+        err = std::max(err, std::abs(g - w));
+      }
+    EXPECT_LE(err, c.bound * scale) << GetParam() << ": " << c.name << " (error " << err << ", scale " << scale
+                                    << ")";
+  }
+}
+
+// The harness itself can fail: a backend that computes something else is caught.
+TEST(OpTableHarness, DetectsAWrongResult) {
+  auto reference = test_support::make_cpu_reference();
+  Case c{"scale", 1e-6, {out(DType::F32, 100)}, [](Ops& ops, const std::vector<void*>& p) {
+           ops.scale(F(p[0]), 100, 0.5f);
+           return 0.0;
+         }};
+  Case wrong = c;
+  wrong.run = [](Ops& ops, const std::vector<void*>& p) {
+    ops.scale(F(p[0]), 100, 0.5f);
+    ops.fill(F(p[0]) + 50, 1, 9.0f);
+    return 0.0;
+  };
+  const Result a = run_case(*reference, c), b = run_case(*reference, wrong);
+  EXPECT_EQ(a.outputs[0].size(), 100u);
+  EXPECT_NE(a.outputs[0][50], b.outputs[0][50]);
+  EXPECT_EQ(a.outputs[0][49], b.outputs[0][49]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, OpTable, ::testing::ValuesIn(available_devices()));
+
+}  // namespace
+}  // namespace ctrl
