@@ -449,6 +449,9 @@ void Trainer::stop_early(const StopRequest& stop) {
     if (!writer()) throw;
     saved = "the checkpoint could not be written either (" + std::string(e.what()) + ")";
   }
+  // No rank exits before the checkpoint is written: a launcher ends the
+  // whole job when one rank exits with a failure status.
+  comm_->barrier();
   if (writer() && !stop.write_failed) draw_loss_curve(options_.run_dir);
   const std::string where = "step " + std::to_string(state_.step) + " of " + std::to_string(t.steps);
   if (stop.write_failed)
