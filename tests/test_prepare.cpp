@@ -224,6 +224,29 @@ TEST_F(PrepareTest, CommandLineOnTheRealWikipediaSample) {
   EXPECT_EQ(d.manifest().vocab_size, 4000u);
 }
 
+// A prepare killed mid-run leaves "<out>.tmp-<pid>" with its spool files (and
+// "<out>.old-<pid>" while replacing): the next prepare removes those of dead
+// processes, but not a running prepare's, nor a directory it did not write.
+TEST_F(PrepareTest, LeftoversOfAKilledPrepareAreRemoved) {
+  const std::string out = (dir_ / "out").string();
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  const std::string stale = out + ".tmp-" + std::to_string(dead), old = out + ".old-" + std::to_string(dead),
+                    live = out + ".tmp-" + std::to_string(getppid()), foreign = out + ".tmp-" + std::to_string(dead + 1);
+  for (const auto& d : {stale, old, live}) {
+    make_directories(d);
+    write_file_atomically(d + "/.spool-0", std::string(100, 's'));
+  }
+  make_directories(foreign + "/sub");  // not a flat directory of files: not ctrl's
+  prepare_corpus(inputs(), options("out"));
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_FALSE(fs::exists(old));
+  EXPECT_TRUE(fs::exists(live + "/.spool-0"));
+  EXPECT_TRUE(fs::exists(foreign + "/sub"));
+  EXPECT_TRUE(fs::exists(out + "/manifest.json"));
+}
+
 TEST(DebianDocs, RendersHtmlAsLinesOfText) {
   const std::string html =
       "<html><head><title>題</title><style>p{}</style></head><body>"

@@ -83,8 +83,10 @@ TEST(Trainer, CorruptCheckpointIsRejectedAndResumeFallsBack) {
     EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
   }
   o.resume = true;
-  Trainer resumed(c, o);  // falls back to step 3
-  EXPECT_EQ(resumed.state().step, 3);
+  {
+    Trainer resumed(c, o);  // falls back to step 3
+    EXPECT_EQ(resumed.state().step, 3);
+  }
   // A different model shape cannot resume this run.
   Config other = c;
   other.model.d_model = 48;

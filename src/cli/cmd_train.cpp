@@ -17,7 +17,9 @@ const char* kUsage =
     "--set train.data=DIR); without it the model trains on synthetic random tokens.\n"
     "RUN_DIR receives config.json, metrics.jsonl (one JSON line per logged step), loss.svg and\n"
     "checkpoints/step-N.ckpt (the last train.keep_checkpoints are kept). --resume continues from the\n"
-    "newest checkpoint and reproduces the uninterrupted run's losses exactly (same thread count).\n\n"
+    "newest checkpoint and reproduces the uninterrupted run's losses exactly (same thread count).\n"
+    "SIGINT (Ctrl-C), SIGTERM or SIGHUP stops training after the current step with a checkpoint and exit\n"
+    "status 130, 143 or 129; a second signal ends it at once. One training at a time may write RUN_DIR.\n\n"
     "Data-parallel: `mpirun -np N ctrl train ...` (add --bind-to none so each rank can use several\n"
     "threads). Each rank takes global_batch/N sequences of every step; --zero 1 shards the optimizer\n"
     "state across ranks (ZeRO-1). A rank that dies or hangs ends the job after --timeout seconds\n"
@@ -49,6 +51,7 @@ int run(const std::vector<std::string>& argv) {
   options.comm = comm.get();
   Trainer trainer(config, options);
   trainer.run();
+  if (trainer.stopped_by()) return 128 + trainer.stopped_by();  // as a shell reports a signal: 130, 143, 129
   if (comm->rank() != 0) return 0;
   if (comm->size() > 1) std::fprintf(stderr, "data-parallel over %s\n", comm->name().c_str());
   std::fprintf(stderr, "done: %s (peak memory %.0f MiB); loss curve in %s/loss.svg\n", options.run_dir.c_str(),

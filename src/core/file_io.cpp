@@ -1,6 +1,7 @@
 #include "core/file_io.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <system_error>
 
 #include "core/error.h"
 
@@ -37,6 +39,7 @@ void write_file_atomically(const std::string& path, const std::function<void(std
     std::remove(tmp.c_str());
     fail(path + ": cannot rename temporary file into place: " + std::strerror(e));
   }
+  fsync_directory(parent_directory(path));
 }
 
 void write_file_atomically(const std::string& path, std::string_view contents) {
@@ -115,6 +118,95 @@ void make_directories(const std::string& path) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) fail(path + ": cannot create directory: " + ec.message());
+}
+
+void fsync_directory(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) fail(dir + ": cannot open the directory to sync it: " + std::strerror(errno));
+  // EINVAL: a file system that cannot sync directories (nothing more to do there).
+  const bool ok = fsync(fd) == 0 || errno == EINVAL;
+  const int e = errno;
+  close(fd);
+  if (!ok) fail(dir + ": cannot sync the directory: " + std::strerror(e));
+}
+
+std::string parent_directory(const std::string& path) {
+  const std::filesystem::path p = std::filesystem::path(path).parent_path();
+  return p.empty() ? "." : p.string();
+}
+
+void install_directory(const std::string& tmp, const std::string& out) {
+  std::error_code ec;
+  if (std::filesystem::exists(out)) {
+    const std::string old = out + ".old-" + std::to_string(getpid());
+    std::filesystem::rename(out, old, ec);
+    if (ec) fail(out + ": cannot move the previous output aside: " + ec.message());
+    std::filesystem::rename(tmp, out, ec);
+    if (ec) fail(out + ": cannot rename " + tmp + " into place: " + ec.message());
+    std::filesystem::remove_all(old, ec);
+  } else {
+    std::filesystem::rename(tmp, out, ec);
+    if (ec) fail(out + ": cannot rename " + tmp + " into place: " + ec.message());
+  }
+  fsync_directory(parent_directory(out));
+}
+
+bool process_alive(long pid) { return pid > 0 && (kill(pid_t(pid), 0) == 0 || errno == EPERM); }
+
+namespace {
+
+// The pid of a temporary named <stem><marker><digits>, or -1.
+long leftover_pid(const std::string& name, const std::string& stem, const std::string& marker) {
+  const size_t at = name.rfind(marker);
+  if (at == std::string::npos || at == 0 || (!stem.empty() && name.substr(0, at) != stem)) return -1;
+  const std::string digits = name.substr(at + marker.size());
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stol(digits);
+}
+
+}  // namespace
+
+Leftovers remove_leftovers(const std::string& dir, const std::string& stem, const std::string& marker,
+                           bool any_pid) {
+  namespace fs = std::filesystem;
+  Leftovers out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path path = it->path();
+    const long pid = leftover_pid(path.filename().string(), stem, marker);
+    if (pid < 0 || pid == long(getpid()) || (!any_pid && process_alive(pid))) continue;
+    uintmax_t bytes = 0;
+    std::error_code e;
+    if (fs::is_directory(fs::symlink_status(path, e))) {
+      bool flat = true;
+      for (const auto& inner : fs::directory_iterator(path, e)) {
+        if (!inner.is_regular_file(e) || inner.is_symlink(e)) flat = false;
+        else bytes += inner.file_size(e);
+      }
+      if (!flat || e) continue;
+      fs::remove_all(path, e);
+    } else if (fs::is_regular_file(fs::symlink_status(path, e))) {
+      bytes = fs::file_size(path, e);
+      fs::remove(path, e);
+    } else {
+      continue;
+    }
+    if (e) continue;  // could not remove: left as it was
+    out.paths.push_back(path.string());
+    out.bytes += bytes;
+  }
+  return out;
+}
+
+std::string Leftovers::note() const {
+  if (paths.empty()) return "";
+  char size[32];
+  std::snprintf(size, sizeof size, "%.1f MB", double(bytes) / 1e6);
+  std::string line = "note: removed " + std::to_string(paths.size()) + " temporar" +
+                     (paths.size() == 1 ? "y" : "ies") + " left by an interrupted run (" + size + "): ";
+  for (size_t i = 0; i < paths.size() && i < 3; ++i) line += (i ? ", " : "") + paths[i];
+  if (paths.size() > 3) line += ", ...";
+  return line;
 }
 
 }  // namespace ctrl

@@ -1,5 +1,9 @@
 // Files: every file ctrl writes goes to "<path>.tmp.<pid>", is flushed and
-// fsync'd, then renamed over <path>, so a reader never sees half a file.
+// fsync'd, then renamed over <path>, and the directory is fsync'd, so a reader
+// never sees half a file and a file reported written survives a power loss.
+// Directories of several files (a prepared corpus, a Hugging Face export) are
+// built under "<dir>.tmp-<pid>" and renamed into place the same way. What a
+// killed writer leaves behind is removed by the next run (remove_leftovers).
 // Every mapped input is checked by its owner (magic, version, sizes, checksum).
 #pragma once
 #include <cstddef>
@@ -7,6 +11,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ctrl {
 
@@ -44,5 +49,34 @@ uint32_t crc32_of(const void* data, size_t size, uint32_t crc = 0);
 
 bool file_exists(const std::string& path);
 void make_directories(const std::string& path);
+
+// fsync(2) of a directory, so the renames and creations in it are durable;
+// throws ctrl::Error naming the directory on failure.
+void fsync_directory(const std::string& dir);
+// The directory holding path ("." for a bare name).
+std::string parent_directory(const std::string& path);
+
+// Puts the directory tmp in place of out, then fsyncs out's parent. An out
+// that exists (the caller has decided it may be replaced) is renamed aside to
+// "<out>.old-<pid>" first and removed after, so out is never half written.
+void install_directory(const std::string& tmp, const std::string& out);
+
+// Whether a process with this id exists (kill(pid, 0)).
+bool process_alive(long pid);
+
+// What killed writers left in `dir`: entries named <stem><marker><pid>, where
+// <stem> equals `stem` (any non-empty name when `stem` is empty) and <pid> is
+// digits, not this process, and not a live process unless `any_pid` (the
+// caller holds a lock that only a writer of these files takes). Directories
+// are removed only if they hold nothing but regular files (as ctrl's
+// temporaries do), so nothing else of that name is ever deleted.
+struct Leftovers {
+  std::vector<std::string> paths;  // removed
+  uintmax_t bytes = 0;
+  // "" when nothing was removed, else one line "note: removed N ... (X MB): path, ...".
+  std::string note() const;
+};
+Leftovers remove_leftovers(const std::string& dir, const std::string& stem, const std::string& marker,
+                           bool any_pid);
 
 }  // namespace ctrl

@@ -165,20 +165,10 @@ struct ShardWriter {
 
 // Moves <dir> aside (only if it is an earlier prepare output or empty) and puts tmp in its place.
 void install_output(const std::string& tmp, const std::string& out) {
-  std::error_code ec;
-  if (fs::exists(out)) {
-    if (!fs::is_directory(out) || (!fs::is_empty(out) && !fs::exists(out + "/manifest.json")))
-      fail(out + ": exists and is not a directory written by `ctrl prepare`; remove it or choose another --out");
-    const std::string old = out + ".old-" + std::to_string(getpid());
-    fs::rename(out, old, ec);
-    if (ec) fail(out + ": cannot move the previous output aside: " + ec.message());
-    fs::rename(tmp, out, ec);
-    if (ec) fail(out + ": cannot rename " + tmp + " into place: " + ec.message());
-    fs::remove_all(old, ec);
-    return;
-  }
-  fs::rename(tmp, out, ec);
-  if (ec) fail(out + ": cannot rename " + tmp + " into place: " + ec.message());
+  if (fs::exists(out) &&
+      (!fs::is_directory(out) || (!fs::is_empty(out) && !fs::exists(out + "/manifest.json"))))
+    fail(out + ": exists and is not a directory written by `ctrl prepare`; remove it or choose another --out");
+  install_directory(tmp, out);
 }
 
 PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions& options, const std::string& tmp) {
@@ -362,6 +352,13 @@ PrepareSummary prepare_corpus(const std::vector<PrepareInput>& inputs, const Pre
     fail(options.tokenizer + ": no such tokenizer model (--tokenizer)");
   std::string out = options.out_dir;
   while (out.size() > 1 && out.back() == '/') out.pop_back();
+  // What killed prepares left next to out: their "<out>.tmp-<pid>" (with its
+  // .spool-* files) and "<out>.old-<pid>", when that pid is no longer alive.
+  for (const char* marker : {".tmp-", ".old-"}) {
+    const std::string note = remove_leftovers(parent_directory(out), fs::path(out).filename().string(), marker,
+                                              false).note();
+    if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+  }
   const std::string tmp = out + ".tmp-" + std::to_string(getpid());
   std::error_code ec;
   fs::remove_all(tmp, ec);

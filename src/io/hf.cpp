@@ -1,12 +1,52 @@
 #include "io/hf.h"
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/file_io.h"
 
 namespace ctrl {
+
+namespace {
+
+// Builds the export in "<dir>.tmp-<pid>" and renames it into place, so dir is
+// either absent, the previous export, or the whole new one. An existing dir is
+// replaced only if it is empty or an earlier export (its two files and nothing else).
+void write_directory_atomically(std::string dir, const std::function<void(const std::string& tmp)>& write) {
+  namespace fs = std::filesystem;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  std::error_code ec;
+  if (fs::exists(dir)) {
+    if (!fs::is_directory(dir)) fail(dir + ": exists and is not a directory; choose another --out");
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename() != "config.json" && e.path().filename() != "model.safetensors")
+        fail(dir + ": exists and holds " + e.path().filename().string() +
+             ", not only an earlier export's config.json and model.safetensors; remove it or choose another --out");
+  }
+  // What killed exports left next to dir.
+  const std::string parent = parent_directory(dir), name = fs::path(dir).filename().string();
+  for (const char* marker : {".tmp-", ".old-"}) {
+    const std::string note = remove_leftovers(parent, name, marker, false).note();
+    if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
+  }
+  const std::string tmp = dir + ".tmp-" + std::to_string(getpid());
+  fs::remove_all(tmp, ec);
+  make_directories(tmp);
+  try {
+    write(tmp);
+    install_directory(tmp, dir);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace
 
 void export_hf(const std::string& checkpoint_path, const std::string& dir) {
   Checkpoint ckpt(checkpoint_path);
@@ -18,7 +58,6 @@ void export_hf(const std::string& checkpoint_path, const std::string& dir) {
                               : "factorized embedding (model.embedding_dim=" + std::to_string(m.embedding_dim) + ")") +
          "; only models with model.sharing=none and model.embedding_dim=0 can be exported");
   const ParamLayout layout = make_param_layout(m);
-  make_directories(dir);
   nlohmann::ordered_json config = {
       {"architectures", {"CTRLLMHeadModel"}},
       {"model_type", "ctrl"},
@@ -49,8 +88,10 @@ void export_hf(const std::string& checkpoint_path, const std::string& dir) {
       emit(ckpt.parameter(t), t.numel * sizeof(float));
     });
   w.set_metadata("format", "pt");
-  w.write(dir + "/model.safetensors");
-  write_file_atomically(dir + "/config.json", config.dump(2) + "\n");
+  write_directory_atomically(dir, [&](const std::string& tmp) {
+    w.write(tmp + "/model.safetensors");
+    write_file_atomically(tmp + "/config.json", config.dump(2) + "\n");
+  });
 }
 
 void import_hf(const std::string& dir, const std::string& checkpoint_path, const std::vector<CodeInfo>& codes,

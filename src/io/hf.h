@@ -9,7 +9,9 @@
 
 namespace ctrl {
 
-// Writes dir/config.json and dir/model.safetensors (atomically each).
+// Writes dir/config.json and dir/model.safetensors, built in "<dir>.tmp-<pid>"
+// and renamed into place, so dir never holds a part of an export. An existing
+// dir must be empty or an earlier export (then it is replaced).
 void export_hf(const std::string& checkpoint_path, const std::string& dir);
 
 // Reads a directory written by export_hf or by transformers' save_pretrained

@@ -16,6 +16,7 @@
 #include "core/rng.h"
 #include "core/sysinfo.h"
 #include "train/loss_scaler.h"
+#include "train/run_dir.h"
 #include "train/shard_stream.h"
 
 namespace ctrl {
@@ -29,22 +30,6 @@ bool same_model(const ModelConfig& a, const ModelConfig& b) {
   Config x, y;
   x.model = a, y.model = b;
   return config_to_json(x) == config_to_json(y);
-}
-
-// Keeps the metrics lines of steps up to `step` (after a resume, later lines
-// belong to the interrupted run and are redone).
-void truncate_metrics(const std::string& path, int64_t step) {
-  if (!file_exists(path)) return;
-  std::ifstream in(path);
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    try {
-      if (nlohmann::json::parse(line).at("step").get<int64_t>() <= step) kept += line + "\n";
-    } catch (...) {
-      // a line cut off by a crash: dropped
-    }
-  }
-  write_file_atomically(path, kept);
 }
 
 void draw_loss_curve(const std::string& run_dir) {
@@ -141,12 +126,16 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   comm_->check_identical("the configuration", config_to_json(config_));
   comm_->check_identical("the ctrl build", std::string(CTRL_VERSION) + " " + __DATE__ + " " + __TIME__);
   const std::string& run = options_.run_dir;
-  if (writer()) make_directories(run + "/checkpoints");
+  if (writer()) run_dir_ = std::make_unique<RunDir>(run);  // the lock, and what killed runs left
 
   TrainState resumed;
   std::unique_ptr<Checkpoint> checkpoint;
   const auto existing = writer() ? list_checkpoints(run) : std::vector<std::string>{};
-  if (options_.resume && writer()) {
+  // A run stopped before its first checkpoint: --resume starts it again from step 0.
+  const bool restart = options_.resume && writer() && existing.empty() && run_dir_->has_metrics();
+  if (restart)
+    std::fprintf(stderr, "note: %s has no checkpoint yet; --resume starts it again from step 0\n", run.c_str());
+  if (options_.resume && writer() && !restart) {
     // The newest checkpoint that verifies; a damaged newest one falls back to the previous.
     for (auto it = existing.rbegin(); it != existing.rend() && !checkpoint; ++it) {
       try {
@@ -162,6 +151,9 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
     resumed = checkpoint->contents().state;
   } else if (!options_.resume && !existing.empty()) {
     fail(run + ": already holds checkpoints; pass --resume to continue it or choose another --out");
+  } else if (!options_.resume && writer() && run_dir_->has_metrics()) {
+    fail(run + ": holds metrics.jsonl of an earlier run that stopped before its first checkpoint; pass --resume to "
+         "start it again from step 0 or choose another --out");
   }
 
   if (!config_.train.data.empty()) {
@@ -203,10 +195,9 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   }
   share_initial_state(checkpoint.get());
   if (writer()) {
-    if (checkpoint) truncate_metrics(run + "/metrics.jsonl", state_.step);
-    else write_file_atomically(run + "/config.json", nlohmann::json::parse(config_to_json(config_)).dump(2) + "\n");
-    metrics_ = std::fopen((run + "/metrics.jsonl").c_str(), "a");
-    if (!metrics_) fail(run + "/metrics.jsonl: cannot open for writing");
+    if (!checkpoint)
+      write_file_atomically(run + "/config.json", nlohmann::json::parse(config_to_json(config_)).dump(2) + "\n");
+    run_dir_->open_metrics(state_.step);
   }
   const size_t seq = size_t(t.micro_batch * config_.model.n_ctx);
   tokens_.resize(seq);
@@ -255,9 +246,7 @@ void Trainer::share_initial_state(const Checkpoint* checkpoint) {
   optimizer_->set_step_count(opt_step);
 }
 
-Trainer::~Trainer() {
-  if (metrics_) std::fclose(metrics_);
-}
+Trainer::~Trainer() = default;
 
 void Trainer::train_step() {
   const auto& t = config_.train;
@@ -385,8 +374,7 @@ void Trainer::log_step(double loss, double lr, double norm, double seconds) {
     j["loss_scale"] = state_.scaler.scale;
     j["skipped_steps"] = state_.scaler.skipped_steps;
   }
-  std::fprintf(metrics_, "%s\n", j.dump().c_str());
-  std::fflush(metrics_);
+  run_dir_->append_metrics(j.dump());
   if (!options_.quiet) {
     const double eta = double(t.steps - state_.step) / its;
     std::fprintf(stderr, "step %lld/%lld (%.1f%%) | loss %.4f | lr %.2e | norm %.3f | %s tok/s | %.2f it/s | ETA %s\n",
@@ -411,8 +399,7 @@ void Trainer::evaluate() {
     std::snprintf(buf, sizeof buf, " %s loss %.4f ppl %.1f |", r.code.c_str(), r.loss, r.perplexity());
     line += buf;
   }
-  std::fprintf(metrics_, "%s\n", j.dump().c_str());
-  std::fflush(metrics_);
+  run_dir_->append_metrics(j.dump());
   if (!options_.quiet) std::fprintf(stderr, "%s\n", line.c_str());
 }
 
@@ -430,6 +417,7 @@ void Trainer::save() {
     }
   }
   if (writer()) {
+    run_dir_->sync_metrics();  // the lines up to this checkpoint are on disk before it is
     save_checkpoint(checkpoint_path(options_.run_dir, state_.step), contents_, *model_, &optimizer_state);
     prune_checkpoints(options_.run_dir, config_.train.keep_checkpoints);
   } else {
@@ -450,15 +438,47 @@ void Trainer::run() {
   const std::string note = ops_->precision_note(activation_dtype(t.precision));
   if (!options_.quiet && writer() && !note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
   const auto [fault, fault_step] = test_fault();
+  StopSignals signals;
   while (state_.step < t.steps) {
     if (fault && comm_->rank() == 1 && state_.step + 1 == fault_step) std::raise(fault);
     train_step();
     if (t.eval_every > 0 && state_.step % t.eval_every == 0) evaluate();
     if (t.checkpoint_every > 0 && state_.step % t.checkpoint_every == 0) save();
+    const StopRequest stop =
+        agree_on_stop(*comm_, StopSignals::requested(), writer() && !run_dir_->metrics_error().empty());
+    if (stop.any()) return stop_early(stop);
   }
   if (t.checkpoint_every == 0 || state_.step % t.checkpoint_every != 0) save();
   if (t.eval_every > 0 && state_.step % t.eval_every != 0) evaluate();
   if (writer()) draw_loss_curve(options_.run_dir);
+}
+
+// After a signal or a failed metrics write: the step just done is saved (if
+// it was not already), the writer says so in one line, and a failed write
+// becomes an error on every rank.
+void Trainer::stop_early(const StopRequest& stop) {
+  const auto& t = config_.train;
+  const std::string path = checkpoint_path(options_.run_dir, state_.step);
+  std::string saved = "checkpoint " + path + " written";
+  try {
+    if (t.checkpoint_every == 0 || state_.step % t.checkpoint_every != 0) save();
+  } catch (const Error& e) {
+    if (!writer()) throw;
+    saved = "the checkpoint could not be written either (" + std::string(e.what()) + ")";
+  }
+  // No rank exits before the checkpoint is written: a launcher ends the
+  // whole job when one rank exits with a failure status.
+  comm_->barrier();
+  if (writer() && !stop.write_failed) draw_loss_curve(options_.run_dir);
+  const std::string where = "step " + std::to_string(state_.step) + " of " + std::to_string(t.steps);
+  if (stop.write_failed)
+    fail(writer() ? run_dir_->metrics_error() + "; training stopped after " + where + ", " + saved +
+                        " (free space, then continue with --resume)"
+                  : "training stopped after " + where + ": rank 0 could not write metrics.jsonl");
+  stopped_by_ = stop.signal;
+  if (writer())
+    std::fprintf(stderr, "ctrl train: stopped by %s after %s; %s (continue with --resume)\n",
+                 signal_name(stop.signal).c_str(), where.c_str(), saved.c_str());
 }
 
 }  // namespace ctrl

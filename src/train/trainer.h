@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "train/batches.h"
 #include "train/checkpoint.h"
+#include "train/run_dir.h"
 
 namespace ctrl {
 
@@ -44,8 +45,13 @@ class Trainer {
  public:
   Trainer(const Config& config, const TrainerOptions& options);
   ~Trainer();
-  // Trains until config.train.steps optimizer steps are done.
+  // Trains until config.train.steps optimizer steps are done, or until
+  // SIGINT, SIGTERM or SIGHUP: then it stops after the current step, writes
+  // a checkpoint and returns with stopped_by() set (on every rank). A failed
+  // write of metrics.jsonl stops it the same way and throws ctrl::Error.
   void run();
+  // The signal that stopped run() early, or 0.
+  int stopped_by() const { return stopped_by_; }
   // Mean training loss of every step this object ran, in order.
   const std::vector<double>& step_losses() const { return step_losses_; }
   Model& model() { return *model_; }
@@ -55,6 +61,7 @@ class Trainer {
   void train_step();
   void evaluate();
   void save();
+  void stop_early(const StopRequest& stop);
   void log_step(double loss, double lr, double norm, double step_seconds);
   void reduce_gradients();
   void start_reduce(size_t offset, size_t n);
@@ -80,7 +87,8 @@ class Trainer {
   TrainState state_;
   std::vector<int32_t> tokens_, targets_;
   std::vector<double> step_losses_;
-  std::FILE* metrics_ = nullptr;
+  std::unique_ptr<RunDir> run_dir_;  // rank 0 only
+  int stopped_by_ = 0;
   double window_seconds_ = 0, window_tokens_ = 0;
   int64_t window_steps_ = 0;
 };

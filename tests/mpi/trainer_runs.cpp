@@ -15,6 +15,7 @@
 // normalizes into steps of up to lr · 0.1; its elements are only required to
 // stay that small on both sides.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -24,6 +25,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/safetensors.h"
@@ -245,6 +247,18 @@ TEST(MpiTrainerResume, ResumesWithTheSameOrAnotherNumberOfRanks) {
   expect_same_checkpoint(one, whole, kParamTolerance);
 }
 
+// The last step of a loss line in metrics.jsonl (0 if none); a line being written is skipped.
+int64_t read_logged_steps(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::string line;
+  int64_t step = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("loss")) step = std::max(step, j["step"].get<int64_t>());
+  }
+  return step;
+}
+
 // Every checkpoint left in the run directory opens and verifies; returns the newest step.
 int64_t newest_intact_checkpoint(const std::string& run_dir) {
   int64_t newest = -1;
@@ -290,6 +304,42 @@ TEST(MpiTrainerFailure, StoppedRankIsCaughtByTheTimeout) {
   // daemon has been seen to let it run on for a few steps before the stop
   // held; what must hold is that whatever checkpoint is newest verifies.
   EXPECT_GE(newest_intact_checkpoint(dir), 6);
+}
+
+// SIGTERM to rank 0 alone (as a scheduler's preemption notice might reach
+// one process): every rank stops after the same step, the checkpoint of that
+// step is written (with ZeRO-1 collectively; without, rank 1 waits for it, as
+// mpiexec ends the job when a rank exits non-zero), mpiexec exits 143, and
+// the job resumes from the checkpoint.
+TEST(MpiTrainerFailure, SignalToOneRankStopsEveryRankAtTheSameStep) {
+  for (const std::string zero : {"--zero 0", "--zero 1"}) {
+    const std::string dir = fresh_dir("signalled" + zero.substr(7));
+    Job j;
+    std::thread job([&] {
+      j = run(train(2, 2, dir, zero + " --set train.steps=100000 --set train.checkpoint_every=1000"));
+    });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline && read_logged_steps(dir) < 2)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::ifstream lock(dir + "/train.lock");  // rank 0's pid
+    long pid = 0;
+    lock >> pid;
+    EXPECT_GT(pid, 0);
+    if (pid > 0) kill(pid_t(pid), SIGTERM);
+    job.join();
+    EXPECT_EQ(j.exit_code, 143) << zero << j.output;
+    const int64_t step = newest_intact_checkpoint(dir);
+    EXPECT_EQ(read_logged_steps(dir), step);
+    EXPECT_TRUE(contains(j.output, "ctrl train: stopped by SIGTERM after step " + std::to_string(step) +
+                                       " of 100000; checkpoint " + checkpoint_path(dir, step) + " written"))
+        << zero << j.output;
+
+    j = run(train(2, 2, dir, zero + " --resume --set train.steps=" + std::to_string(step + 2)));
+    ASSERT_EQ(j.exit_code, 0) << j.output;
+    const Metrics m = read_metrics(dir);
+    ASSERT_EQ(m.steps.size(), size_t(step + 2));
+    for (size_t i = 0; i < m.steps.size(); ++i) EXPECT_EQ(m.steps[i], int64_t(i + 1));
+  }
 }
 
 TEST(MpiTrainerSetup, GlobalBatchNotDivisibleByRanksTimesMicroBatchFailsAtStart) {

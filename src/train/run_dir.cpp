@@ -1,0 +1,183 @@
+#include "train/run_dir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+
+namespace ctrl {
+
+namespace {
+
+// Keeps the metrics lines of steps up to `step`; unreadable lines (cut off by a crash) go too.
+void truncate_metrics(const std::string& path, int64_t step) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return;  // absent, or a device such as /dev/null
+  std::ifstream in(path);
+  std::string line, kept;
+  bool changed = false;
+  while (std::getline(in, line)) {
+    try {
+      if (nlohmann::json::parse(line).at("step").get<int64_t>() <= step) {
+        kept += line + "\n";
+        continue;
+      }
+    } catch (...) {
+    }
+    changed = true;
+  }
+  if (changed || in.bad()) write_file_atomically(path, kept);
+}
+
+std::string read_lock_holder(int fd) {
+  char buf[32] = {};
+  const ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  std::string pid = n > 0 ? std::string(buf, size_t(n)) : "";
+  while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+  return pid.empty() ? "unknown" : pid;
+}
+
+}  // namespace
+
+RunDir::RunDir(const std::string& dir) : dir_(dir) {
+  make_directories(dir_ + "/checkpoints");
+  const std::string lock = dir_ + "/train.lock";
+  lock_fd_ = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) fail(lock + ": cannot open the run directory's lock: " + std::strerror(errno));
+  if (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    const std::string holder = read_lock_holder(lock_fd_);
+    close(lock_fd_);
+    lock_fd_ = -1;
+    if (e == EWOULDBLOCK)
+      fail(dir_ + ": another training is writing this run directory (pid " + holder +
+           "); wait for it to end or choose another --out");
+    fail(lock + ": cannot lock the run directory: " + std::strerror(e));
+  }
+  const std::string pid = std::to_string(getpid()) + "\n";
+  if (ftruncate(lock_fd_, 0) != 0 || pwrite(lock_fd_, pid.data(), pid.size(), 0) != ssize_t(pid.size()))
+    fail(lock + ": cannot write: " + std::strerror(errno));
+  // The directory entries of a new run directory are made durable once, here.
+  fsync_directory(dir_);
+  fsync_directory(parent_directory(dir_));
+  // We hold the lock, so no other training writes here: every temporary is a killed run's.
+  Leftovers left = remove_leftovers(dir_, "", ".tmp.", true);
+  Leftovers in_checkpoints = remove_leftovers(dir_ + "/checkpoints", "", ".tmp.", true);
+  left.paths.insert(left.paths.end(), in_checkpoints.paths.begin(), in_checkpoints.paths.end());
+  left.bytes += in_checkpoints.bytes;
+  if (!left.paths.empty()) std::fprintf(stderr, "%s\n", left.note().c_str());
+}
+
+RunDir::~RunDir() {
+  if (metrics_fd_ >= 0) close(metrics_fd_);
+  if (lock_fd_ >= 0) close(lock_fd_);  // releases the flock
+}
+
+bool RunDir::has_metrics() const {
+  struct stat st;
+  return stat(metrics_path().c_str(), &st) == 0 && st.st_size > 0;
+}
+
+void RunDir::open_metrics(int64_t step) {
+  truncate_metrics(metrics_path(), step);
+  metrics_fd_ = open(metrics_path().c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (metrics_fd_ < 0) fail(metrics_path() + ": cannot open for writing: " + std::strerror(errno));
+}
+
+void RunDir::append_metrics(const std::string& line) {
+  if (!metrics_error_.empty()) return;
+  const std::string text = line + "\n";
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(metrics_fd_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      metrics_error_ = metrics_path() + ": write failed: " + (n < 0 ? std::strerror(errno) : "no progress");
+      return;
+    }
+    done += size_t(n);
+  }
+}
+
+void RunDir::sync_metrics() {
+  if (metrics_error_.empty() && metrics_fd_ >= 0 && fdatasync(metrics_fd_) != 0)
+    metrics_error_ = metrics_path() + ": write failed: " + std::strerror(errno);
+}
+
+namespace {
+
+std::atomic<int> g_requested{0};
+struct sigaction g_previous[3];
+bool g_caught[3];  // false: the signal was ignored when we started (nohup, a background job) and stays so
+constexpr int kStopSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+
+// Async-signal-safe: an atomic store, write(2) of a constant line, sigaction(2).
+extern "C" void on_stop_signal(int sig) {
+  int expected = 0;
+  g_requested.compare_exchange_strong(expected, sig);
+  const char* line = sig == SIGINT    ? "ctrl train: SIGINT received; stopping after this step (again to quit at once)\n"
+                     : sig == SIGTERM ? "ctrl train: SIGTERM received; stopping after this step (again to quit at once)\n"
+                                      : "ctrl train: SIGHUP received; stopping after this step (again to quit at once)\n";
+  const ssize_t ignored = write(STDERR_FILENO, line, std::strlen(line));
+  (void)ignored;
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int i = 0; i < 3; ++i)
+    if (g_caught[i]) sigaction(kStopSignals[i], &dfl, nullptr);
+}
+
+}  // namespace
+
+StopSignals::StopSignals() {
+  g_requested = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int s : kStopSignals) sigaddset(&sa.sa_mask, s);
+  sa.sa_flags = SA_RESTART;
+  for (int i = 0; i < 3; ++i) {
+    sigaction(kStopSignals[i], nullptr, &g_previous[i]);
+    g_caught[i] = g_previous[i].sa_handler != SIG_IGN;
+    if (g_caught[i]) sigaction(kStopSignals[i], &sa, nullptr);
+  }
+}
+
+StopSignals::~StopSignals() {
+  for (int i = 0; i < 3; ++i) sigaction(kStopSignals[i], &g_previous[i], nullptr);
+}
+
+int StopSignals::requested() { return g_requested.load(); }
+
+StopRequest agree_on_stop(Communicator& comm, int signal, bool write_failed) {
+  double votes[4] = {signal == SIGINT ? 1.0 : 0.0, signal == SIGTERM ? 1.0 : 0.0, signal == SIGHUP ? 1.0 : 0.0,
+                     write_failed ? 1.0 : 0.0};
+  if (comm.size() > 1) comm.all_reduce_sum(votes, 4);
+  StopRequest r;
+  for (int i = 0; i < 3 && !r.signal; ++i)
+    if (votes[i] > 0) r.signal = kStopSignals[i];
+  r.write_failed = votes[3] > 0;
+  return r;
+}
+
+std::string signal_name(int signal) {
+  switch (signal) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "signal " + std::to_string(signal);
+  }
+}
+
+}  // namespace ctrl

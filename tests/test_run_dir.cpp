@@ -1,0 +1,423 @@
+// The run lifecycle (docs/reliability.md): `ctrl train` killed at any moment
+// resumes bit for bit; SIGINT, SIGTERM and SIGHUP stop it at a step boundary
+// with a checkpoint; a full disk stops it with an error; two trainings cannot
+// share a run directory; what killed runs leave is removed; metrics never
+// repeat a step; exports and renames are atomic and durable. Most tests run
+// the real binary (CTRL_BINARY) in a child process and signal or limit it.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "io/hf.h"
+#include "test_support.h"
+#include "train/checkpoint.h"
+#include "train/run_dir.h"
+#include "train/trainer.h"
+
+namespace ctrl {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fresh_dir(const std::string& name) { return test_support::fresh_dir("ctrl_run_dir", name); }
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The model and schedule of every run here: tiny, so a step takes milliseconds.
+const char* const kModel[] = {"model.vocab_size=64", "model.n_layer=2",  "model.d_model=32",    "model.n_head=2",
+                              "model.d_ff=64",       "model.n_ctx=16",   "train.micro_batch=2", "train.global_batch=4",
+                              "train.eval_every=0",  "train.warmup_steps=2", "train.schedule=warmup",
+                              "train.lr=0.01",       "train.log_every=1"};
+
+Config small_config(int64_t steps, int64_t checkpoint_every = 3) {
+  Config c = load_config("tiny");
+  for (const char* s : kModel) apply_override(c, s);
+  c.train.steps = steps;
+  c.train.checkpoint_every = checkpoint_every;
+  return c;
+}
+
+std::string train_command(const std::string& out, const std::string& extra) {
+  std::string s = std::string(CTRL_BINARY) + " train --config tiny --quiet --out " + out;
+  for (const char* set : kModel) s += std::string(" --set ") + set;
+  return s + " " + extra;
+}
+
+// Starts `command` under /bin/sh (exec'd, so the pid is the command's own).
+pid_t spawn(const std::string& command) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (int s : {SIGINT, SIGTERM, SIGHUP}) signal(s, SIG_DFL);  // as from a terminal, even under nohup
+    execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_for_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+// Polls `done` every millisecond for up to 120 s.
+bool wait_until(const std::function<bool()>& done) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+std::string read_or_empty(const std::string& path) { return file_exists(path) ? read_file(path) : ""; }
+
+// Step -> training loss of every loss line of metrics.jsonl, failing on a repeated step or a torn line.
+std::map<int64_t, double> metrics_losses(const std::string& run_dir) {
+  std::map<int64_t, double> out;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("loss")) continue;
+    const int64_t step = j.at("step").get<int64_t>();
+    EXPECT_EQ(out.count(step), 0u) << run_dir << ": step " << step << " appears twice";
+    out[step] = j.at("loss").get<double>();
+  }
+  return out;
+}
+
+// The last step logged so far (0 if none); tolerates a line being written.
+int64_t last_logged_step(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::string line;
+  int64_t step = 0;
+  while (std::getline(in, line)) {
+    try {
+      step = std::max(step, nlohmann::json::parse(line).at("step").get<int64_t>());
+    } catch (...) {
+    }
+  }
+  return step;
+}
+
+// The id of a process that has ended (and was reaped), for leftovers of a "killed" writer.
+long dead_pid() {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  return out;
+}
+
+// kill -9 at arbitrary moments (while steps run, while checkpoints are being
+// written every step): every resume continues where the newest intact
+// checkpoint left off, and the losses of the whole run equal those of an
+// uninterrupted run bit for bit, each step logged once.
+TEST(RunLifecycle, KilledAtAnyMomentResumesBitForBit) {
+  const std::string whole = fresh_dir("kill_whole"), killed = fresh_dir("kill_killed");
+  const std::string flags = "--set train.steps=40 --set train.checkpoint_every=1 --set train.keep_checkpoints=2";
+  ASSERT_EQ(std::system((train_command(whole, flags) + " 2>/dev/null").c_str()), 0);
+  std::mt19937 rng(7);
+  int kills = 0;
+  for (int64_t target : {3, 9, 16, 24, 31}) {
+    const pid_t pid = spawn(train_command(killed, flags + (kills ? " --resume" : "")) + " 2>>" + killed + ".err");
+    ASSERT_TRUE(wait_until([&] { return last_logged_step(killed) >= target; }));
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));  // anywhere in a step or a checkpoint
+    kill(pid, SIGKILL);
+    const int status = wait_for_exit(pid);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << read_or_empty(killed + ".err");
+    ++kills;
+  }
+  ASSERT_EQ(std::system((train_command(killed, flags + " --resume") + " 2>>" + killed + ".err").c_str()), 0)
+      << read_or_empty(killed + ".err");
+  const auto a = metrics_losses(whole), b = metrics_losses(killed);
+  ASSERT_EQ(a.size(), 40u);
+  ASSERT_EQ(b.size(), 40u);
+  for (const auto& [step, loss] : a) EXPECT_EQ(b.at(step), loss) << "step " << step;
+  for (const auto& name : names_in(killed + "/checkpoints")) EXPECT_TRUE(name.ends_with(".ckpt")) << name;
+}
+
+struct Stopped {
+  int status = 0;
+  std::string err;
+};
+
+// Starts a long training, waits for step 2, sends `signal` and waits for the exit.
+Stopped stop_with(int signal, const std::string& dir) {
+  const pid_t pid =
+      spawn(train_command(dir, "--set train.steps=1000000 --set train.checkpoint_every=1000") + " 2>" + dir + ".err");
+  Stopped s;
+  EXPECT_TRUE(wait_until([&] { return last_logged_step(dir) >= 2; }));
+  kill(pid, signal);
+  s.status = wait_for_exit(pid);
+  s.err = read_or_empty(dir + ".err");
+  return s;
+}
+
+// SIGINT, SIGTERM and SIGHUP stop training after the current step with a
+// checkpoint of that step, one line saying so, and exit status 128 + signal.
+TEST(RunLifecycle, SignalsStopAtAStepBoundaryWithACheckpoint) {
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) {
+    const std::string dir = fresh_dir("signal_" + signal_name(signal));
+    const Stopped s = stop_with(signal, dir);
+    ASSERT_TRUE(WIFEXITED(s.status)) << signal_name(signal) << ": " << s.err;
+    EXPECT_EQ(WEXITSTATUS(s.status), 128 + signal) << s.err;
+    const int64_t step = last_logged_step(dir);
+    const std::string ckpt = checkpoint_path(dir, step);
+    EXPECT_TRUE(contains(s.err, "ctrl train: stopped by " + signal_name(signal) + " after step " +
+                                    std::to_string(step) + " of 1000000; checkpoint " + ckpt +
+                                    " written (continue with --resume)\n"))
+        << s.err;
+    EXPECT_EQ(Checkpoint(ckpt).contents().state.step, step);
+    if (signal != SIGTERM) continue;
+    // The stopped run continues from its checkpoint; no step is logged twice.
+    const std::string more = " --resume --set train.steps=" + std::to_string(step + 3) + " 2>/dev/null";
+    ASSERT_EQ(std::system((train_command(dir, more)).c_str()), 0);
+    EXPECT_EQ(metrics_losses(dir).size(), size_t(step + 3));
+  }
+}
+
+// A second signal ends training at once: no checkpoint, killed by that signal.
+// The steps are made slow (~0.5 s) so the second signal lands within a step.
+TEST(RunLifecycle, SecondSignalEndsAtOnce) {
+  const std::string dir = fresh_dir("twice");
+  const pid_t pid = spawn(train_command(dir,
+                                        "--set model.d_model=256 --set model.d_ff=1024 --set model.n_layer=4 "
+                                        "--set model.n_head=4 --set model.n_ctx=128 --set train.micro_batch=8 "
+                                        "--set train.global_batch=8 --set train.steps=100000 "
+                                        "--set train.checkpoint_every=100000") +
+                          " 2>" + dir + ".err");
+  ASSERT_TRUE(wait_until([&] { return last_logged_step(dir) >= 1; }));
+  kill(pid, SIGINT);
+  ASSERT_TRUE(wait_until([&] { return contains(read_or_empty(dir + ".err"), "SIGINT received"); }));
+  kill(pid, SIGINT);
+  const int status = wait_for_exit(pid);
+  const std::string err = read_or_empty(dir + ".err");
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << err;
+  EXPECT_TRUE(contains(err, "ctrl train: SIGINT received; stopping after this step (again to quit at once)\n")) << err;
+  EXPECT_FALSE(contains(err, "stopped by")) << err;
+}
+
+// A second training of the same run directory fails at once, naming the
+// holder's pid; when the first ends, the directory is free again.
+TEST(RunLifecycle, OneTrainingAtATimePerRunDirectory) {
+  const Config c = small_config(3);
+  TrainerOptions o{fresh_dir("lock"), false, true};
+  {
+    Trainer first(c, o);
+    try {
+      Trainer second(c, o);
+      FAIL() << "a second training of the same run directory started";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), o.run_dir + ": another training is writing this run directory (pid " +
+                                           std::to_string(getpid()) + "); wait for it to end or choose another --out");
+    }
+    first.run();
+  }
+  o.resume = true;
+  Trainer again(c, o);  // the lock went with the first
+  EXPECT_EQ(again.state().step, 3);
+}
+
+// The temporaries of a run killed while writing a checkpoint (and of other
+// files) are removed when the next training takes the directory, with a note.
+TEST(RunLifecycle, LeftoverTemporariesAreRemovedAtTheNextStart) {
+  const std::string dir = fresh_dir("leftovers");
+  ASSERT_EQ(std::system((train_command(dir, "--set train.steps=3") + " 2>/dev/null").c_str()), 0);
+  const std::string pid = std::to_string(dead_pid());
+  write_file_atomically(dir + "/checkpoints/step-00000004.ckpt.tmp." + pid, std::string(1000, 'x'));
+  write_file_atomically(dir + "/metrics.jsonl.tmp." + pid, "{}");
+  write_file_atomically(dir + "/notes.txt", "the user's");  // not a temporary: stays
+  const std::string err = dir + ".err";
+  ASSERT_EQ(std::system((train_command(dir, "--resume --set train.steps=4") + " 2>" + err).c_str()), 0);
+  const std::string text = read_file(err);
+  EXPECT_TRUE(contains(text, "note: removed 2 temporaries left by an interrupted run (0.0 MB): ")) << text;
+  EXPECT_FALSE(file_exists(dir + "/checkpoints/step-00000004.ckpt.tmp." + pid));
+  EXPECT_FALSE(file_exists(dir + "/metrics.jsonl.tmp." + pid));
+  EXPECT_TRUE(file_exists(dir + "/notes.txt"));
+  EXPECT_TRUE(file_exists(checkpoint_path(dir, 4)));
+}
+
+// A rerun into a directory whose run stopped before its first checkpoint
+// would log steps 1.. again: refused; --resume starts it again from step 0.
+TEST(RunLifecycle, RerunWithoutACheckpointIsRefusedAndResumeRestarts) {
+  const Config c = small_config(4, 10);
+  TrainerOptions o{fresh_dir("rerun"), false, true};
+  make_directories(o.run_dir);
+  write_file_atomically(o.run_dir + "/metrics.jsonl", "{\"step\":1,\"loss\":4.1}\n{\"step\":2,\"loss\":4.0}\n{\"st");
+  try {
+    Trainer t(c, o);
+    FAIL() << "a rerun would append to metrics.jsonl";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), o.run_dir + ": holds metrics.jsonl of an earlier run that stopped before its "
+                                                 "first checkpoint; pass --resume to start it again from step 0 "
+                                                 "or choose another --out");
+  }
+  o.resume = true;
+  Trainer t(c, o);
+  EXPECT_EQ(t.state().step, 0);
+  t.run();
+  const auto losses = metrics_losses(o.run_dir);
+  ASSERT_EQ(losses.size(), 4u);
+  EXPECT_NE(losses.at(1), 4.1);  // the old lines are gone
+  // Without any trace of a run, --resume still fails.
+  TrainerOptions none{fresh_dir("rerun_none"), true, true};
+  EXPECT_THROW(Trainer(c, none), Error);
+}
+
+// Resuming from an older checkpoint drops the metrics lines after it, so the
+// redone steps appear once.
+TEST(RunLifecycle, ResumeDropsTheMetricsOfStepsAfterTheCheckpoint) {
+  Config c = small_config(7);
+  c.train.keep_checkpoints = 5;
+  TrainerOptions o{fresh_dir("truncate"), false, true};
+  Trainer(c, o).run();
+  fs::remove(checkpoint_path(o.run_dir, 7));
+  fs::remove(checkpoint_path(o.run_dir, 6));
+  o.resume = true;
+  Trainer t(c, o);
+  EXPECT_EQ(t.state().step, 3);
+  t.run();
+  EXPECT_EQ(metrics_losses(o.run_dir).size(), 7u);
+}
+
+// A full disk under metrics.jsonl (here: a link to /dev/full, which fails
+// every write with ENOSPC) stops training at the step whose line failed,
+// after a checkpoint of that step, with an error.
+TEST(RunLifecycle, FailedMetricsWriteStopsTrainingAfterACheckpoint) {
+  const Config c = small_config(7, 5);
+  TrainerOptions o{fresh_dir("full"), false, true};
+  make_directories(o.run_dir);
+  fs::create_symlink("/dev/full", o.run_dir + "/metrics.jsonl");
+  Trainer t(c, o);
+  try {
+    t.run();
+    FAIL() << "training went on without its metrics";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), o.run_dir + "/metrics.jsonl: write failed: No space left on device; training "
+                                                 "stopped after step 1 of 7, checkpoint " +
+                                         checkpoint_path(o.run_dir, 1) +
+                                         " written (free space, then continue with --resume)");
+  }
+  EXPECT_EQ(t.state().step, 1);
+  EXPECT_EQ(Checkpoint(checkpoint_path(o.run_dir, 1)).contents().state.step, 1);
+}
+
+// When the checkpoint cannot be written either (a file size limit makes
+// every write beyond 64 KiB fail), the one-line error says both.
+TEST(RunLifecycle, FailedMetricsAndCheckpointWritesAreOneError) {
+  const std::string dir = fresh_dir("full_both");
+  make_directories(dir);
+  fs::create_symlink("/dev/full", dir + "/metrics.jsonl");
+  const std::string cmd = "bash -c \"trap '' XFSZ; ulimit -f 64; exec " +
+                          train_command(dir, "--set train.steps=7 --set train.checkpoint_every=5") + "\" 2>" + dir +
+                          ".err";
+  const int status = std::system(cmd.c_str());
+  const std::string err = read_or_empty(dir + ".err");
+  EXPECT_EQ(WEXITSTATUS(status), 1) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_TRUE(contains(err, "metrics.jsonl: write failed: No space left on device; training stopped after step 1 of "
+                            "7, the checkpoint could not be written either (")) << err;
+  EXPECT_TRUE(contains(err, "step-00000001.ckpt: write failed")) << err;
+  EXPECT_TRUE(list_checkpoints(dir).empty());
+  for (const auto& name : names_in(dir + "/checkpoints")) ADD_FAILURE() << "left behind: " << name;
+}
+
+// `ctrl export hf` builds the directory aside: on a failed write (file size
+// limit) nothing is left, neither an empty directory nor weights without
+// config.json; an earlier export is replaced whole; other directories are refused.
+TEST(RunLifecycle, ExportIsAllOrNothing) {
+  const std::string dir = fresh_dir("export");
+  TrainerOptions o{dir + "/run", false, true};
+  Trainer(small_config(1), o).run();
+  const std::string ckpt = checkpoint_path(o.run_dir, 1), out = dir + "/hf";
+  const std::string cmd = "bash -c \"trap '' XFSZ; ulimit -f 16; exec " + std::string(CTRL_BINARY) +
+                          " export hf --model " + ckpt + " --out " + out + "\" 2>" + dir + "/err";
+  const int status = std::system(cmd.c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_TRUE(contains(read_file(dir + "/err"), "model.safetensors: write failed")) << read_file(dir + "/err");
+  const auto left = names_in(dir);
+  EXPECT_EQ(std::set<std::string>(left.begin(), left.end()), (std::set<std::string>{"err", "run"}))
+      << "nothing of the export is left";
+
+  // A killed export's directory is removed by the next one; an earlier export is replaced.
+  const std::string stale = out + ".tmp-" + std::to_string(dead_pid());
+  make_directories(stale);
+  write_file_atomically(stale + "/model.safetensors", "partial");
+  export_hf(ckpt, out);
+  EXPECT_FALSE(fs::exists(stale));
+  write_file_atomically(out + "/config.json", "{}");
+  export_hf(ckpt, out);
+  EXPECT_NE(read_file(out + "/config.json"), "{}");
+  std::set<std::string> names;
+  for (const auto& n : names_in(dir)) names.insert(n);
+  EXPECT_EQ(names, (std::set<std::string>{"err", "run", "hf"}));
+  // A directory holding anything else is not an export: refused, untouched.
+  write_file_atomically(out + "/README.md", "mine");
+  EXPECT_THROW(export_hf(ckpt, out), Error);
+  EXPECT_EQ(read_file(out + "/README.md"), "mine");
+}
+
+// Every rename of a checkpoint, config, metrics, export or prepared corpus is
+// followed by an fsync of the directory it renamed into, so a file reported
+// written survives a power loss (traced with tests/preload/io_trace.c).
+TEST(RunLifecycle, EveryRenameIsFollowedByAnFsyncOfItsDirectory) {
+#ifndef CTRL_IO_TRACE_LIB
+  GTEST_SKIP() << "no tracing library in this build (sanitizers)";
+#else
+  const std::string dir = fresh_dir("fsync");
+  make_directories(dir + "/text");
+  for (int i = 0; i < 40; ++i)
+    write_file_atomically(dir + "/text/d" + std::to_string(i) + ".txt",
+                          "Document " + std::to_string(i) + " tells of the river, the mountain and the sea. " +
+                              std::string(size_t(50 + i), "abcdefghij"[i % 10]) + "\n");
+  const std::string trace = dir + "/trace", env = "env LD_PRELOAD=" CTRL_IO_TRACE_LIB " CTRL_IO_TRACE=" + trace + " ";
+  const std::string ctrl = env + CTRL_BINARY;
+  ASSERT_EQ(std::system((env + train_command(dir + "/run", "--set train.steps=2 --set train.checkpoint_every=1") +
+                         " 2>/dev/null").c_str()), 0);
+  ASSERT_EQ(std::system((env + train_command(dir + "/run", "--resume --set train.steps=3") + " 2>/dev/null").c_str()),
+            0);
+  ASSERT_EQ(std::system((ctrl + " export hf --model " + checkpoint_path(dir + "/run", 3) + " --out " + dir +
+                         "/hf 2>/dev/null").c_str()), 0);
+  ASSERT_EQ(std::system((ctrl + " prepare --source Text=" + dir + "/text --out " + dir +
+                         "/corpus --vocab-size 300 --valid-fraction 0 --threads 1 >/dev/null 2>&1").c_str()), 0);
+  std::ifstream in(trace);
+  std::string kind, path;
+  std::vector<std::string> pending;  // directories renamed into, not yet synced
+  std::set<std::string> renamed;
+  while (in >> kind >> path) {
+    if (kind == "rename") {
+      pending.push_back(fs::path(path).parent_path().string());
+      renamed.insert(fs::path(path).filename().string());
+    } else {
+      std::erase(pending, path);
+    }
+  }
+  for (const auto& d : pending) ADD_FAILURE() << "renamed into " << d << " without an fsync of it after";
+  for (const char* name : {"step-00000001.ckpt", "step-00000003.ckpt", "config.json", "hf",
+                           "model.safetensors", "corpus", "manifest.json"})
+    EXPECT_TRUE(renamed.count(name)) << name << " was not traced";
+#endif
+}
+
+}  // namespace
+}  // namespace ctrl
