@@ -40,13 +40,8 @@ int run(const std::vector<std::string>& argv) {
   Config config = load_config(args.require("config"));
   for (const auto& s : args.all("set")) apply_override(config, s);
   validate(config);
-  const int64_t steps = args.get_int("steps", 10), warmup = args.get_int("warmup", 2);
-  if (steps < 1 || warmup < 0) fail("ctrl bench: --steps must be at least 1 and --warmup not negative");
-  if (args.has("threads")) {
-    const int64_t threads = args.get_int("threads", 0);
-    if (threads < 1) fail("ctrl bench: --threads must be at least 1");
-    omp_set_num_threads(int(threads));
-  }
+  const int64_t steps = args.get_int("steps", 10, 1, 1 << 30), warmup = args.get_int("warmup", 2, 0, 1 << 30);
+  if (args.has("threads")) omp_set_num_threads(int(args.get_int("threads", 0, 1, 1 << 16)));
   const auto& m = config.model;
   const int64_t B = config.train.micro_batch, T = m.n_ctx;
   auto ops = make_cpu_ops();
