@@ -1,13 +1,16 @@
 #!/bin/bash
-# Builds the corpus-reader fuzz targets with clang (libFuzzer + AddressSanitizer) and runs each for a fixed
-# time on a seed corpus made from the real samples and the test data. Fails on the first crash, leak or hang.
+# Builds the fuzz targets with clang (libFuzzer + AddressSanitizer) and runs each for a fixed time on a seed
+# corpus: the corpus readers on the real samples and the test data, checkpoint loading (metadata included)
+# and shard + manifest loading on seeds the targets write themselves. Fails on the first crash, leak or hang.
 #   scripts/fuzz.sh [seconds per target, default 20]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-20}
 BUILD=build-fuzz
 CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCTRL_BUILD_FUZZERS=ON -DCTRL_BUILD_TESTS=OFF >/dev/null
-TARGETS="fuzz_wikitext fuzz_wikipedia_xml fuzz_aozora fuzz_jsonl"
+READER_TARGETS="fuzz_wikitext fuzz_wikipedia_xml fuzz_aozora fuzz_jsonl"
+LOADER_TARGETS="fuzz_checkpoint fuzz_shards"  # need the whole ctrl_lib
+TARGETS="$READER_TARGETS $LOADER_TARGETS"
 if ! make -C "$BUILD" -j"$(nproc)" $TARGETS > "$BUILD/make.log" 2>&1; then
   # The readers need only src/corpus and two core files: if some other part of ctrl_lib does not build
   # with clang, build the targets from those directly (and say so) rather than not fuzzing at all.
@@ -20,6 +23,8 @@ if ! make -C "$BUILD" -j"$(nproc)" $TARGETS > "$BUILD/make.log" 2>&1; then
     clang++ -std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address -Isrc -c "$f" -o "$BUILD/direct/$(basename "$f" .cpp).o" &
   done
   wait
+  echo "fuzz: $LOADER_TARGETS need ctrl_lib and are NOT run" >&2
+  TARGETS="$READER_TARGETS"
   for t in $TARGETS; do
     clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address -Isrc "fuzz/$t.cpp" "$BUILD"/direct/*.o \
       -lbz2 -lexpat -lzip -lz -lpthread -o "$BUILD/$t"
@@ -30,7 +35,10 @@ set +o pipefail  # head closes the pipe early on purpose
 SEEDS="$BUILD/seeds"
 DATA=../shared/data
 rm -rf "$SEEDS"
-mkdir -p "$SEEDS"/{fuzz_wikitext,fuzz_wikipedia_xml,fuzz_aozora,fuzz_jsonl}
+mkdir -p "$SEEDS"/{fuzz_wikitext,fuzz_wikipedia_xml,fuzz_aozora,fuzz_jsonl,fuzz_checkpoint,fuzz_shards}
+for t in $LOADER_TARGETS; do  # each writes its own seeds (a valid file of its format)
+  if [ -x "$BUILD/$t" ]; then CTRL_FUZZ_WRITE_SEED="$SEEDS/$t" "$BUILD/$t"; fi
+done
 if [ -f "$DATA/jawiki-excerpt.xml.bz2" ]; then
   bzcat "$DATA/jawiki-excerpt.xml.bz2" | head -c 60000 > "$SEEDS/fuzz_wikipedia_xml/head.xml"
   bzcat "$DATA/jawiki-excerpt.xml.bz2" | head -c 6000 | bzip2 > "$SEEDS/fuzz_wikipedia_xml/head.xml.bz2"

@@ -1,5 +1,7 @@
 #include "cli/args.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -18,10 +20,9 @@ bool Args::parse(const std::vector<std::string>& args) {
       std::printf("%s", usage_.c_str());
       return false;
     }
-    if (a.rfind("--", 0) != 0 || a == "--") {
-      positional_.push_back(a);
-      continue;
-    }
+    if (a.rfind("--", 0) != 0 || a == "--")
+      fail("ctrl " + command_ + ": unexpected argument '" + a + "' (every input is a --flag; see ctrl " + command_ +
+           " --help)");
     std::string name = a.substr(2), value;
     bool has_value = false;
     if (auto eq = name.find('='); eq != std::string::npos) {
@@ -63,21 +64,35 @@ std::vector<std::string> Args::all(const std::string& name) const {
   return it == values_.end() ? std::vector<std::string>{} : it->second;
 }
 
-int64_t Args::get_int(const std::string& name, int64_t fallback) const {
+int64_t Args::get_int(const std::string& name, int64_t fallback, int64_t lo, int64_t hi) const {
   if (!has(name)) return fallback;
   const std::string v = get(name);
+  const std::string range = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   char* end = nullptr;
+  errno = 0;
   const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end) fail("ctrl " + command_ + ": --" + name + " expects an integer, got '" + v + "'");
+  if (v.empty() || *end || errno == ERANGE || x < lo || x > hi)
+    fail("ctrl " + command_ + ": --" + name + " " + v + ": expected " + range);
   return x;
 }
 
-double Args::get_double(const std::string& name, double fallback) const {
+double Args::get_double(const std::string& name, double fallback, double lo, double hi, bool lo_open,
+                        bool hi_open) const {
   if (!has(name)) return fallback;
   const std::string v = get(name);
+  auto bound = [](double b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", b);
+    return std::string(buf);
+  };
+  const bool unbounded = lo <= -1e308 && hi >= 1e308;
+  const std::string range = unbounded ? "a finite number"
+                                      : "a number in " + std::string(lo_open ? "(" : "[") + bound(lo) + ", " +
+                                            bound(hi) + (hi_open ? ")" : "]");
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end) fail("ctrl " + command_ + ": --" + name + " expects a number, got '" + v + "'");
+  const bool inside = std::isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+  if (v.empty() || *end || !inside) fail("ctrl " + command_ + ": --" + name + " " + v + ": expected " + range);
   return x;
 }
 

@@ -1,8 +1,11 @@
 // Flag parsing shared by every subcommand: "--name value", "--name=value",
-// boolean "--name", repeatable flags and positional arguments. Unknown flags,
-// missing values and malformed numbers end in one ctrl::Error line.
+// boolean "--name" and repeatable flags. Unknown flags, stray positional
+// arguments (no command takes any), missing values, malformed numbers and
+// numbers outside a flag's range end in one ctrl::Error line that names the
+// flag and the accepted range.
 #pragma once
 #include <cstdint>
+#include <climits>
 #include <map>
 #include <optional>
 #include <string>
@@ -24,8 +27,11 @@ class Args {
   std::string get(const std::string& name, const std::string& fallback = "") const;
   std::string require(const std::string& name) const;
   std::vector<std::string> all(const std::string& name) const;
-  int64_t get_int(const std::string& name, int64_t fallback) const;
-  double get_double(const std::string& name, double fallback) const;
+  // An integer in [lo, hi], or fallback when the flag is absent.
+  int64_t get_int(const std::string& name, int64_t fallback, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX) const;
+  // A finite number in the range (bounds open where asked), or fallback when absent.
+  double get_double(const std::string& name, double fallback, double lo = -1e308, double hi = 1e308,
+                    bool lo_open = false, bool hi_open = false) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:

@@ -39,13 +39,8 @@ int run(const std::vector<std::string>& argv) {
   for (const auto& s : args.all("set")) apply_override(config, s);
   if (args.has("device")) apply_override(config, "train.device=" + args.get("device"));
   validate(config);
-  const int64_t steps = args.get_int("steps", 10), warmup = args.get_int("warmup", 2);
-  if (steps < 1 || warmup < 0) fail("ctrl bench: --steps must be at least 1 and --warmup not negative");
-  int64_t threads = 0;
-  if (args.has("threads")) {
-    threads = args.get_int("threads", 0);
-    if (threads < 1) fail("ctrl bench: --threads must be at least 1");
-  }
+  const int64_t steps = args.get_int("steps", 10, 1, 1 << 30), warmup = args.get_int("warmup", 2, 0, 1 << 30);
+  const int64_t threads = args.has("threads") ? args.get_int("threads", 0, 1, 1 << 16) : 0;
   const auto& m = config.model;
   const int64_t B = config.train.micro_batch, T = m.n_ctx;
   auto ops = make_ops(config.train.device, int(threads));

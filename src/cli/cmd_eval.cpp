@@ -24,19 +24,20 @@ int run(const std::vector<std::string>& argv) {
   args.boolean("json");
   args.flag("device");
   if (!args.parse(argv)) return 0;
+  // Flags first, so a bad value fails before anything is loaded.
+  const int64_t max_sequences = args.get_int("max-sequences", 256, 1, int64_t(1) << 30);
+  const bool has_batch = args.has("batch");
+  const int64_t batch_flag = args.get_int("batch", 0, 1, 1 << 20);
   Checkpoint ckpt(args.require("model"));
   const Config& config = ckpt.config();
   auto data = std::make_shared<Dataset>(Dataset::open(args.require("data")));
-  if (data->manifest().vocab_size > uint32_t(config.model.vocab_size))
-    fail(args.get("data") + ": corpus vocabulary " + std::to_string(data->manifest().vocab_size) +
-         " does not fit the model's " + std::to_string(config.model.vocab_size));
+  check_corpus_matches(ckpt.contents(), *data, "ctrl eval");
   Batches batches = Batches::from_dataset(data, config.model.n_ctx, config.train.seed);
-  const int64_t batch = args.get_int("batch", config.train.micro_batch);
-  if (batch < 1) fail("ctrl eval: --batch must be at least 1");
+  const int64_t batch = has_batch ? batch_flag : config.train.micro_batch;
   auto ops = make_ops(args.has("device") ? args.get("device") : "cpu");
   Model model(config.model, *ops, batch);
   ckpt.load_parameters(model);
-  const auto results = evaluate_held_out(model, batches, batch, args.get_int("max-sequences", 256));
+  const auto results = evaluate_held_out(model, batches, batch, max_sequences);
   if (results.empty()) fail(args.get("data") + ": no control code has a held-out window of n_ctx tokens");
   if (args.has("json")) {
     nlohmann::ordered_json j;

@@ -1,8 +1,5 @@
 // ctrl generate: text under a control code, streamed as it is produced.
-#include <unistd.h>
-
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 
 #include "cli/args.h"
@@ -25,21 +22,10 @@ const char* kUsage =
     "Stops at --max-tokens (default 100), the end-of-document token or the model's context.\n"
     "--ids prints token ids instead of text (always so for models trained without a tokenizer).\n";
 
-// Tokenizer from the bytes a checkpoint carries (SentencePiece loads from a file).
-std::optional<Tokenizer> checkpoint_tokenizer(const CheckpointContents& c) {
+// Tokenizer from the bytes a checkpoint carries (already checked against its control codes).
+std::optional<Tokenizer> checkpoint_tokenizer(const CheckpointContents& c, const std::string& path) {
   if (c.tokenizer.empty()) return std::nullopt;
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("ctrl-tokenizer-" + std::to_string(getpid()) + ".model")).string();
-  write_file_atomically(path, c.tokenizer);
-  std::optional<Tokenizer> t;
-  try {
-    t.emplace(Tokenizer::load(path));
-  } catch (...) {
-    std::filesystem::remove(path);
-    throw;
-  }
-  std::filesystem::remove(path);
-  return t;
+  return Tokenizer::from_bytes(c.tokenizer, path + " (tokenizer.model)");
 }
 
 int run(const std::vector<std::string>& argv) {
@@ -49,6 +35,14 @@ int run(const std::vector<std::string>& argv) {
   args.boolean("ids");
   args.flag("device");
   if (!args.parse(argv)) return 0;
+  // Flags first (each with its range), so a bad value fails before the model loads.
+  SamplingOptions o;
+  o.temperature = args.get_double("temperature", 0.0, 0, 1e6);
+  o.penalty = args.get_double("penalty", 1.2, 0, 1e6, true);
+  o.top_k = args.get_int("top-k", 0, 0, int64_t(1) << 31);
+  o.top_p = args.get_double("top-p", 1.0, 0, 1, true);
+  const int64_t max_tokens = args.get_int("max-tokens", 100, 0, int64_t(1) << 30);
+  const uint64_t seed = uint64_t(args.get_int("seed", 1, 0));
   Checkpoint ckpt(args.require("model"));
   const auto& contents = ckpt.contents();
   const std::string control = args.require("control");
@@ -59,17 +53,9 @@ int run(const std::vector<std::string>& argv) {
     known += (known.empty() ? "" : ", ") + c.name;
   }
   if (control_id < 0) fail("ctrl generate: unknown control code '" + control + "' (this model knows: " + known + ")");
-  SamplingOptions o;
-  o.temperature = args.get_double("temperature", 0.0);
-  o.penalty = args.get_double("penalty", 1.2);
-  o.top_k = args.get_int("top-k", 0);
-  o.top_p = args.get_double("top-p", 1.0);
-  const int64_t max_tokens = args.get_int("max-tokens", 100);
-  if (o.temperature < 0 || o.penalty <= 0 || o.top_k < 0 || o.top_p <= 0 || o.top_p > 1 || max_tokens < 0)
-    fail("ctrl generate: need temperature >= 0, penalty > 0, top-k >= 0, 0 < top-p <= 1, max-tokens >= 0");
-  CounterRng rng{uint64_t(args.get_int("seed", 1)), 0x6E6, 0};
+  CounterRng rng{seed, 0x6E6, 0};
 
-  auto tokenizer = checkpoint_tokenizer(contents);
+  auto tokenizer = checkpoint_tokenizer(contents, args.get("model"));
   const bool print_ids = args.has("ids") || !tokenizer;
   std::vector<int32_t> history = {control_id};
   if (args.has("prompt")) {

@@ -1,5 +1,7 @@
 // ctrl export hf / ctrl import hf: Hugging Face CTRLLMHeadModel directories.
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli/args.h"
 #include "cli/command.h"
@@ -40,11 +42,14 @@ int import_cmd(const std::vector<std::string>& argv) {
   if (!args.parse({argv.begin() + 1, argv.end()})) return 0;
   std::vector<CodeInfo> codes;
   for (const auto& spec : args.all("control")) {
+    // The id must be a token id (int32, and below the model's vocabulary: import_hf checks that).
     const auto eq = spec.find('=');
     char* end = nullptr;
-    const long id = eq == std::string::npos ? -1 : std::strtol(spec.c_str() + eq + 1, &end, 10);
-    if (eq == std::string::npos || eq == 0 || *end || id < 0)
-      fail("ctrl import hf: --control " + spec + ": expected NAME=TOKEN_ID");
+    errno = 0;
+    const long long id = eq == std::string::npos ? -1 : std::strtoll(spec.c_str() + eq + 1, &end, 10);
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size() || *end || errno == ERANGE || id < 0 ||
+        id > 2147483647)
+      fail("ctrl import hf: --control " + spec + ": expected NAME=TOKEN_ID with TOKEN_ID in [0, 2147483647]");
     codes.push_back({spec.substr(0, eq), int32_t(id)});
   }
   import_hf(args.require("in"), args.require("out"), codes, args.get("tokenizer"));

@@ -42,14 +42,13 @@ int run(const std::vector<std::string>& argv) {
   args.repeated("set");
   args.boolean("json");
   if (!args.parse(argv)) return 0;
-  if (!args.positional().empty()) fail("ctrl plan: unexpected argument '" + args.positional()[0] + "'");
 
   plan::Request r;
   r.config = load_config(args.require("config"));
   for (const auto& s : args.all("set")) apply_override(r.config, s);
   if (args.has("precision")) apply_override(r.config, "train.precision=" + args.get("precision"));
   validate(r.config);
-  r.tokens = args.get_double("tokens", 0);
+  r.tokens = args.get_double("tokens", 0, 0, 1e18, true);
   if (!args.has("tokens")) fail("ctrl plan: missing --tokens (how many tokens to train on, e.g. 10e9)");
 
   const int kinds = int(args.has("gpu")) + int(args.has("hardware") || args.has("machine"));
@@ -57,19 +56,16 @@ int run(const std::vector<std::string>& argv) {
   if (args.has("hardware") && args.get("hardware") != "cpu")
     fail("ctrl plan: --hardware " + args.get("hardware") + ": expected cpu (GPUs: --gpu NAME)");
   r.gpu = args.get("gpu");
-  r.gpus_per_node = int(args.get_int("gpus", 1));
-  r.nodes = int(args.get_int("nodes", 1));
-  r.micro_batch = args.get_int("micro-batch", 0);
-  if (args.has("micro-batch") && r.micro_batch < 1) fail("ctrl plan: --micro-batch must be at least 1");
-  r.zero = int(args.get_int("zero", 0));
-  r.network_gbps = args.get_double("network-gbps", 100);
-  r.mfu = args.get_double("mfu", 0);
-  if (args.has("mfu") && !(r.mfu > 0)) fail("ctrl plan: --mfu must be in (0, 1]");
-  r.price_per_hour = args.get_double("price-per-hour", 0);
+  r.gpus_per_node = int(args.get_int("gpus", 1, 1, 1 << 16));
+  r.nodes = int(args.get_int("nodes", 1, 1, 1 << 20));
+  r.micro_batch = args.get_int("micro-batch", 0, 1, 1 << 24);
+  r.zero = int(args.get_int("zero", 0, 0, 1));
+  r.network_gbps = args.get_double("network-gbps", 100, 0, 1e9, true);
+  r.mfu = args.get_double("mfu", 0, 0, 1, true);
+  r.price_per_hour = args.get_double("price-per-hour", 0, 0, 1e12);
   if (args.has("memory-gb")) {
     if (r.gpu.size()) fail("ctrl plan: --memory-gb is for CPUs; a GPU's memory comes from the table");
-    const double g = args.get_double("memory-gb", 0);
-    if (!(g > 0)) fail("ctrl plan: --memory-gb must be positive");
+    const double g = args.get_double("memory-gb", 0, 0, 1e9, true);
     r.cpu_memory_bytes = uint64_t(g * double(1ull << 30));
   }
   if (args.has("machine")) r.machine = plan::load_machine(args.get("machine"));

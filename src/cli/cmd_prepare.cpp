@@ -45,19 +45,15 @@ int run_prepare(const std::vector<std::string>& argv) {
   PrepareOptions options;
   options.out_dir = args.require("out");
   const bool builtin = args.all("source").empty();
-  auto positive = [&](const char* name, int64_t fallback) {
-    const int64_t v = args.get_int(name, fallback);
-    if (v <= 0) fail(std::string("ctrl prepare: --") + name + " " + std::to_string(v) + ": expected a positive number");
-    return v;
-  };
-  options.vocab_size = uint32_t(positive("vocab-size", builtin ? 8000 : 32000));
-  options.valid_fraction = args.get_double("valid-fraction", 0.01);
-  options.seed = uint64_t(args.get_int("seed", 1));
-  options.min_chars = uint64_t(args.get_int("min-chars", 20));
-  options.threads = int(args.get_int("threads", 0));
+  // Vocabulary ids must fit the model's int32 token ids; --threads 0 means all cores.
+  options.vocab_size = uint32_t(args.get_int("vocab-size", builtin ? 8000 : 32000, 2, 2147483647));
+  options.valid_fraction = args.get_double("valid-fraction", 0.01, 0, 1, false, true);
+  options.seed = uint64_t(args.get_int("seed", 1, 0));
+  options.min_chars = uint64_t(args.get_int("min-chars", 20, 0));
+  options.threads = int(args.get_int("threads", 0, 0, 1 << 16));
   options.tokenizer = args.get("tokenizer");
-  options.sample_sentences = uint64_t(positive("sample-sentences", 2000000));
-  options.shard_tokens = uint64_t(positive("shard-tokens", 256ll << 20));
+  options.sample_sentences = uint64_t(args.get_int("sample-sentences", 2000000, 1));
+  options.shard_tokens = uint64_t(args.get_int("shard-tokens", 256ll << 20, 1));
 
   std::vector<PrepareInput> inputs;
   if (builtin) {

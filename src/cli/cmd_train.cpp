@@ -46,8 +46,8 @@ int run(const std::vector<std::string>& argv) {
   options.run_dir = args.require("out");
   options.resume = args.has("resume");
   options.quiet = args.has("quiet");
-  options.zero = int(args.get_int("zero", 0));
-  auto comm = make_communicator(args.get_double("timeout", 600));
+  options.zero = int(args.get_int("zero", 0, 0, 1));
+  auto comm = make_communicator(args.get_double("timeout", 600, 0, 1e9, true));
   options.comm = comm.get();
   Trainer trainer(config, options);
   trainer.run();

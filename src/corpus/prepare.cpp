@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/progress.h"
+#include "corpus/binary.h"
 #include "data/shard.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,6 +26,8 @@ namespace {
 
 constexpr size_t kBatchBytes = 16u << 20;  // cleaning / encoding batch
 constexpr size_t kBatchDocs = 8192;
+constexpr const char* kBinary = "binary";     // drop reason of documents that are binary files' bytes
+constexpr uint64_t kMaxBinaryWarnings = 20;   // per source; the rest are only counted
 
 struct DocMeta {
   uint32_t source;
@@ -190,10 +193,21 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
     std::vector<Document> batch;
     size_t batch_bytes = 0;
     auto flush = [&] {
-      std::vector<std::string> clean(batch.size());
+      std::vector<std::string> clean(batch.size()), binary(batch.size());
 #pragma omp parallel for schedule(dynamic, 16) num_threads(threads)
-      for (int64_t i = 0; i < int64_t(batch.size()); ++i) clean[i] = clean_text(batch[i].text);
+      for (int64_t i = 0; i < int64_t(batch.size()); ++i) {
+        binary[i] = binary_reason(batch[i].text);
+        if (binary[i].empty()) clean[i] = clean_text(batch[i].text);
+      }
       for (size_t i = 0; i < batch.size(); ++i) {
+        if (!binary[i].empty()) {  // a binary file among the text: skipped, counted, and said once per file
+          ++src.clean.documents_in;
+          if (++src.clean.dropped[kBinary] <= kMaxBinaryWarnings)
+            std::fprintf(stderr, "ctrl: warning: %s: binary content (%s); skipped\n",
+                         (batch[i].origin.empty() ? inputs[s].description : batch[i].origin).c_str(),
+                         binary[i].c_str());
+          continue;
+        }
         if (!filter.accept(clean[i], src.clean)) continue;
         const std::string& code = batch[i].control_code.empty() ? inputs[s].control_code : batch[i].control_code;
         auto [it, added] = code_index.emplace(code, spools.size());

@@ -1,9 +1,11 @@
 #include "data/shard.h"
 
 #include <cstring>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ctrl {
 
@@ -61,14 +63,25 @@ Shard::Shard(const std::string& path, uint32_t expected_vocab_size) : file_(path
   if (h.vocab_size != expected_vocab_size)
     fail(path + ": shard vocabulary " + std::to_string(h.vocab_size) + " differs from the manifest's " +
          std::to_string(expected_vocab_size));
-  if (file_.size() != sizeof h + h.n_tokens * h.token_bytes)
+  // Compared by division, so a huge n_tokens cannot overflow the byte count and pass.
+  const uint64_t body = file_.size() - sizeof h;
+  if (body % h.token_bytes != 0 || h.n_tokens != body / h.token_bytes)
     fail(path + ": truncated or oversized shard: " + std::to_string(file_.size()) + " bytes, header promises " +
-         std::to_string(sizeof h + h.n_tokens * h.token_bytes));
+         std::to_string(h.n_tokens) + " tokens of " + std::to_string(h.token_bytes) + " bytes after the 64-byte header");
+  if (h.n_documents > h.n_tokens)
+    fail(path + ": header claims " + std::to_string(h.n_documents) + " documents in " + std::to_string(h.n_tokens) +
+         " tokens; expected at most one document per token");
   tokens_ = file_.data() + sizeof h;
-  if (crc32_of(tokens_, h.n_tokens * h.token_bytes) != h.crc32) fail(path + ": shard checksum mismatch (corrupt file)");
+  if (crc32_of(tokens_, body) != h.crc32) fail(path + ": shard checksum mismatch (corrupt file)");
   token_bytes_ = h.token_bytes;
   n_tokens_ = h.n_tokens;
   n_documents_ = h.n_documents;
+  // Every id must index the embedding: one pass, once, so training and evaluation never check again.
+  for (uint64_t i = 0; i < n_tokens_; ++i)
+    if (at(i) >= h.vocab_size)
+      fail(path + ": token id " + std::to_string(at(i)) + " at byte offset " +
+           std::to_string(sizeof h + i * h.token_bytes) + " (token " + std::to_string(i) +
+           ") is outside the vocabulary of " + std::to_string(h.vocab_size));
 }
 
 uint32_t Shard::at(uint64_t i) const {
@@ -160,17 +173,52 @@ Manifest Manifest::read(const std::string& dir) {
       code.documents_valid = c.at("documents").at("valid").get<uint64_t>();
       code.shards_train = c.at("shards").at("train").get<std::vector<std::string>>();
       code.shards_valid = c.at("shards").at("valid").get<std::vector<std::string>>();
-      if (code.token_id < 0 || uint32_t(code.token_id) >= m.vocab_size)
-        fail(path + ": control code '" + code.name + "' has token id " + std::to_string(code.token_id) +
-             " outside the vocabulary");
       m.codes.push_back(std::move(code));
     }
     if (j.contains("sources")) m.sources_json = j["sources"].dump();
   } catch (const nlohmann::json::exception& e) {
     fail(path + ": missing or malformed field: " + e.what());
   }
-  if (m.codes.empty()) fail(path + ": no control codes");
+  m.check(path);
   return m;
+}
+
+void Manifest::check(const std::string& path) const {
+  if (vocab_size < 2) fail(path + ": vocab_size " + std::to_string(vocab_size) + ": expected at least 2");
+  if (eos_id < 0 || uint32_t(eos_id) >= vocab_size)
+    fail(path + ": eos_id " + std::to_string(eos_id) + ": expected a token id in [0, " + std::to_string(vocab_size) + ")");
+  if (!(valid_fraction >= 0 && valid_fraction < 1))
+    fail(path + ": split.valid_fraction " + std::to_string(valid_fraction) + ": expected a fraction in [0, 1)");
+  if (codes.empty()) fail(path + ": codes: expected at least one control code");
+  auto shard_name_ok = [](const std::string& s) {
+    return !s.empty() && s.find('/') == std::string::npos && s != "." && s != "..";
+  };
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const ControlCode& c = codes[i];
+    const std::string where = path + ": codes[" + std::to_string(i) + "] '" + c.name + "'";
+    if (c.name.empty()) fail(where + ": expected a non-empty name");
+    if (c.token_id < 0 || uint32_t(c.token_id) >= vocab_size)
+      fail(where + ": token_id " + std::to_string(c.token_id) + ": expected a token id in [0, " +
+           std::to_string(vocab_size) + ")");
+    if (c.token_id == eos_id)
+      fail(where + ": token_id " + std::to_string(c.token_id) + " is the eos id; expected a token of its own");
+    for (size_t k = 0; k < i; ++k) {
+      if (codes[k].name == c.name) fail(where + ": name given twice; expected distinct control codes");
+      if (codes[k].token_id == c.token_id)
+        fail(where + ": token_id " + std::to_string(c.token_id) + " is also '" + codes[k].name +
+             "''s; expected one token per code");
+    }
+    if (c.shards_train.empty() && c.shards_valid.empty()) fail(where + ": lists no shards");
+    if (c.shards_valid.empty() != (c.documents_valid == 0))
+      fail(where + ": documents.valid " + std::to_string(c.documents_valid) + " but " +
+           std::to_string(c.shards_valid.size()) + " valid shards; expected both zero or both non-zero");
+    if (c.shards_train.empty() != (c.documents_train == 0))
+      fail(where + ": documents.train " + std::to_string(c.documents_train) + " but " +
+           std::to_string(c.shards_train.size()) + " train shards; expected both zero or both non-zero");
+    for (const auto* list : {&c.shards_train, &c.shards_valid})
+      for (const auto& s : *list)
+        if (!shard_name_ok(s)) fail(where + ": shard '" + s + "': expected a file name in the corpus directory");
+  }
 }
 
 Dataset Dataset::open(const std::string& dir) {
@@ -178,20 +226,46 @@ Dataset Dataset::open(const std::string& dir) {
   d.dir_ = dir;
   d.manifest_ = Manifest::read(dir);
   const auto& m = d.manifest_;
+  const std::string manifest_path = dir + "/manifest.json";
   if (!m.tokenizer_file.empty()) {
     const std::string tok = dir + "/" + m.tokenizer_file;
     const std::string bytes = read_file(tok);
     if (crc32_of(bytes.data(), bytes.size()) != m.tokenizer_crc32)
       fail(tok + ": tokenizer checksum differs from the manifest's (replaced or corrupt)");
+    check_manifest_against_tokenizer(m, Tokenizer::load(tok), manifest_path);
   }
   for (const auto& c : m.codes) {
     TokenStream train, valid;
     for (const auto& s : c.shards_train) train.add(std::make_shared<Shard>(dir + "/" + s, m.vocab_size));
     for (const auto& s : c.shards_valid) valid.add(std::make_shared<Shard>(dir + "/" + s, m.vocab_size));
+    // The shards' headers count the documents too: a manifest that disagrees was edited or mixed up.
+    for (const auto& [split, stream, expected] :
+         {std::tuple{"train", &train, c.documents_train}, std::tuple{"valid", &valid, c.documents_valid}})
+      if (stream->documents() != expected)
+        fail(manifest_path + ": code '" + c.name + "' documents." + split + " " + std::to_string(expected) +
+             " but its " + split + " shards hold " + std::to_string(stream->documents()));
     d.train_.push_back(std::move(train));
     d.valid_.push_back(std::move(valid));
   }
   return d;
+}
+
+void check_manifest_against_tokenizer(const Manifest& m, const Tokenizer& tokenizer, const std::string& where) {
+  if (tokenizer.vocab_size() != m.vocab_size)
+    fail(where + ": vocab_size " + std::to_string(m.vocab_size) + " but the tokenizer " + tokenizer.path() + " has " +
+         std::to_string(tokenizer.vocab_size()) + " pieces");
+  if (tokenizer.eos_id() != m.eos_id)
+    fail(where + ": eos_id " + std::to_string(m.eos_id) + " but the tokenizer's end-of-document id is " +
+         std::to_string(tokenizer.eos_id()));
+  for (const auto& c : m.codes) {
+    const int32_t id = tokenizer.piece_to_id(c.name);
+    if (id < 0)
+      fail(where + ": control code '" + c.name + "' is not a piece of the tokenizer " + tokenizer.path() +
+           " (renamed?)");
+    if (id != c.token_id)
+      fail(where + ": control code '" + c.name + "' has token_id " + std::to_string(c.token_id) +
+           " but the tokenizer gives it " + std::to_string(id));
+  }
 }
 
 int Dataset::find_code(const std::string& name) const {

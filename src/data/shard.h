@@ -76,10 +76,23 @@ struct Manifest {
   std::string sources_json = "[]";  // free-form description of the inputs, kept verbatim
 
   void write(const std::string& dir) const;                // dir/manifest.json, atomically
-  static Manifest read(const std::string& dir);            // validates fields
+  static Manifest read(const std::string& dir);            // validates fields (check())
+  // Fields against each other: eos and code ids inside the vocabulary and
+  // distinct, names distinct, the split fraction in [0, 1), document counts
+  // zero exactly when a split has no shards, shard names plain file names.
+  // One-line ctrl::Error naming `path` and the field otherwise.
+  void check(const std::string& path) const;
 };
 
-// A prepared corpus opened for training or evaluation.
+class Tokenizer;
+// The manifest agrees with its tokenizer: vocabulary size, eos id, and each
+// control code is the tokenizer's piece of that name with that token id.
+void check_manifest_against_tokenizer(const Manifest& m, const Tokenizer& tokenizer, const std::string& where);
+
+// A prepared corpus opened for training or evaluation. open() checks the
+// manifest (Manifest::check), the tokenizer against it, every shard (header,
+// checksum, every token id below the vocabulary) and the manifest's document
+// counts against the shards' headers.
 class Dataset {
  public:
   static Dataset open(const std::string& dir);

@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -13,10 +14,22 @@ namespace ctrl {
 namespace {
 
 // One table of every settable field, so TOML, --set, JSON and validation agree.
+// Numeric fields carry their accepted range, checked by validate() and named
+// in its message; NaN and infinities are outside every range.
+enum class Kind { kInt, kReal, kString };
+struct Range {
+  double lo, hi;
+  bool lo_open = false, hi_open = false;
+  bool contains(double x) const { return (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi); }
+  std::string text(Kind kind) const;
+};
 struct Field {
   std::string key;  // "model.n_layer"
   std::function<std::string(const Config&)> get;
   std::function<void(Config&, const std::string&, const std::string& where)> set;
+  Kind kind = Kind::kString;
+  Range range{0, 0};
+  std::function<double(const Config&)> number;  // numeric fields: the value, for the range check
 };
 
 int64_t parse_int(const std::string& v, const std::string& where) {
@@ -54,34 +67,57 @@ std::string num_str(T v) {
   }
 }
 
-#define INT_FIELD(section, name)                                                          \
-  Field{#section "." #name, [](const Config& c) { return num_str(c.section.name); },      \
-        [](Config& c, const std::string& v, const std::string& w) {                       \
-          c.section.name = static_cast<decltype(c.section.name)>(parse_int(v, w));        \
-        }}
-#define REAL_FIELD(section, name)                                                         \
-  Field{#section "." #name, [](const Config& c) { return num_str(c.section.name); },      \
-        [](Config& c, const std::string& v, const std::string& w) { c.section.name = parse_double(v, w); }}
+std::string Range::text(Kind kind) const {
+  auto bound = [&](double b) {
+    if (b >= 9.2e18) return std::string("2^63-1");
+    if (kind == Kind::kInt) return std::to_string(int64_t(b));
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", b);
+    return std::string(buf);
+  };
+  return std::string(kind == Kind::kInt ? "an integer in " : "a number in ") + (lo_open ? "(" : "[") + bound(lo) +
+         ", " + bound(hi) + (hi_open ? ")" : "]");
+}
+
+constexpr double kI63 = 9223372036854775807.0;  // int64 max, as the top of "any count"
+constexpr double kBig = double(int64_t(1) << 40);
+
+#define INT_FIELD(section, name, lo, hi)                                                    \
+  Field{#section "." #name, [](const Config& c) { return num_str(c.section.name); },        \
+        [](Config& c, const std::string& v, const std::string& w) {                         \
+          c.section.name = static_cast<decltype(c.section.name)>(parse_int(v, w));          \
+        },                                                                                  \
+        Kind::kInt, Range{lo, hi}, [](const Config& c) { return double(int64_t(c.section.name)); }}
+#define REAL_FIELD(section, name, ...)                                                      \
+  Field{#section "." #name, [](const Config& c) { return num_str(c.section.name); },        \
+        [](Config& c, const std::string& v, const std::string& w) { c.section.name = parse_double(v, w); }, \
+        Kind::kReal, Range{__VA_ARGS__}, [](const Config& c) { return c.section.name; }}
 #define STR_FIELD(section, name)                                              \
   Field{#section "." #name, [](const Config& c) { return c.section.name; },   \
         [](Config& c, const std::string& v, const std::string&) { c.section.name = v; }}
 
 const std::vector<Field>& fields() {
+  // Sizes are bounded so that products of them (parameter counts, byte counts) stay inside 64 bits;
+  // whether a model fits in memory is the planner's check (plan::check_memory).
   static const std::vector<Field> table = {
-      INT_FIELD(model, vocab_size), INT_FIELD(model, n_layer), INT_FIELD(model, d_model),
-      INT_FIELD(model, n_head), INT_FIELD(model, d_ff), INT_FIELD(model, n_ctx),
-      REAL_FIELD(model, embd_pdrop), REAL_FIELD(model, resid_pdrop), REAL_FIELD(model, layer_norm_eps),
-      REAL_FIELD(model, init_range), INT_FIELD(model, seed), STR_FIELD(model, sharing),
-      INT_FIELD(model, embedding_dim), STR_FIELD(model, recompute),
-      STR_FIELD(train, data), STR_FIELD(train, optimizer), REAL_FIELD(train, lr), STR_FIELD(train, schedule),
-      INT_FIELD(train, warmup_steps), REAL_FIELD(train, min_lr_ratio), REAL_FIELD(train, beta1),
-      REAL_FIELD(train, beta2), REAL_FIELD(train, eps), REAL_FIELD(train, weight_decay),
-      REAL_FIELD(train, adagrad_initial_accumulator), REAL_FIELD(train, clip_norm),
-      INT_FIELD(train, micro_batch), INT_FIELD(train, global_batch), INT_FIELD(train, steps),
-      INT_FIELD(train, eval_every), INT_FIELD(train, eval_batches), INT_FIELD(train, log_every),
-      INT_FIELD(train, checkpoint_every), INT_FIELD(train, keep_checkpoints), INT_FIELD(train, threads),
-      STR_FIELD(train, device), INT_FIELD(train, seed), STR_FIELD(train, precision), REAL_FIELD(train, loss_scale),
-      INT_FIELD(train, loss_scale_window),
+      INT_FIELD(model, vocab_size, 2, 2147483647), INT_FIELD(model, n_layer, 1, 1 << 20),
+      INT_FIELD(model, d_model, 2, 1 << 20), INT_FIELD(model, n_head, 1, 1 << 16),
+      INT_FIELD(model, d_ff, 1, 1 << 22), INT_FIELD(model, n_ctx, 2, 1 << 24),
+      REAL_FIELD(model, embd_pdrop, 0, 1, false, true), REAL_FIELD(model, resid_pdrop, 0, 1, false, true),
+      REAL_FIELD(model, layer_norm_eps, 0, 1, true, false), REAL_FIELD(model, init_range, 0, 1, true, false),
+      INT_FIELD(model, seed, 0, kI63), STR_FIELD(model, sharing),
+      INT_FIELD(model, embedding_dim, 0, 1 << 20), STR_FIELD(model, recompute),
+      STR_FIELD(train, data), STR_FIELD(train, optimizer), REAL_FIELD(train, lr, 0, 100, true, false),
+      STR_FIELD(train, schedule), INT_FIELD(train, warmup_steps, 0, kBig), REAL_FIELD(train, min_lr_ratio, 0, 1),
+      REAL_FIELD(train, beta1, 0, 1, false, true), REAL_FIELD(train, beta2, 0, 1, false, true),
+      REAL_FIELD(train, eps, 0, 1, true, false), REAL_FIELD(train, weight_decay, 0, 10),
+      REAL_FIELD(train, adagrad_initial_accumulator, 0, 1e6), REAL_FIELD(train, clip_norm, 0, 1e9),
+      INT_FIELD(train, micro_batch, 1, 1 << 20), INT_FIELD(train, global_batch, 1, 1 << 30),
+      INT_FIELD(train, steps, 0, kBig), INT_FIELD(train, eval_every, 0, kBig),
+      INT_FIELD(train, eval_batches, 1, 1 << 20), INT_FIELD(train, log_every, 1, kBig),
+      INT_FIELD(train, checkpoint_every, 0, kBig), INT_FIELD(train, keep_checkpoints, 1, 1 << 20),
+      INT_FIELD(train, threads, 0, 1 << 16), STR_FIELD(train, device), INT_FIELD(train, seed, 0, kI63), STR_FIELD(train, precision),
+      REAL_FIELD(train, loss_scale, 0, 1e30, true, false), INT_FIELD(train, loss_scale_window, 1, kBig),
   };
   return table;
 }
@@ -133,6 +169,8 @@ Config load_config(const std::string& source) {
     if (source == p) return preset(p);
   if (!file_exists(source))
     fail(source + ": no such config file or preset (presets: tiny, small, base, ctrl)");
+  if (!std::filesystem::is_regular_file(source))
+    fail(source + ": not a regular file; expected a TOML config file or a preset (tiny, small, base, ctrl)");
   toml::table tbl;
   try {
     tbl = toml::parse_file(source);
@@ -154,12 +192,19 @@ Config load_config(const std::string& source) {
       const Field* f = find_field(full);
       const std::string where = source + ":" + std::to_string(value.source().begin.line) + ": " + full;
       if (!f) fail(where + ": unknown key (known: " + known_keys() + ")");
+      // The TOML type must be the field's: a number for numbers (an integer for counts), a string for names.
       std::string text;
-      if (auto s = value.value_exact<std::string>()) text = *s;
-      else if (auto i = value.value_exact<int64_t>()) text = std::to_string(*i);
-      else if (auto d = value.value_exact<double>()) text = num_str(*d);
-      else if (auto b = value.value_exact<bool>()) text = *b ? "1" : "0";
-      else fail(where + ": expected a string or a number");
+      const auto s = value.value_exact<std::string>();
+      const auto i = value.value_exact<int64_t>();
+      const auto d = value.value_exact<double>();
+      if (f->kind == Kind::kString && s) text = *s;
+      else if (f->kind == Kind::kInt && i) text = std::to_string(*i);
+      else if (f->kind == Kind::kReal && (i || d)) text = i ? std::to_string(*i) : num_str(*d);
+      else
+        fail(where + ": expected " + (f->kind == Kind::kString ? std::string("a string")
+                                      : f->kind == Kind::kInt ? "an integer"
+                                                              : "a number") +
+             ", got a TOML " + std::string(toml::impl::node_type_friendly_names[size_t(value.type())]));
       f->set(c, text, where);
     }
   }
@@ -182,9 +227,19 @@ void validate(const Config& c) {
   auto need = [&](bool ok, const std::string& msg) {
     if (!ok) fail("config " + c.preset + ": " + msg);
   };
+  for (const auto& f : fields())
+    if (f.number && !f.range.contains(f.number(c))) {
+      const std::string shown = f.kind == Kind::kReal ? num_str(f.number(c)) : f.get(c);
+      fail("config " + c.preset + ": " + f.key + " = " + shown + ": expected " + f.range.text(f.kind));
+    }
   need(m.vocab_size >= 2, "model.vocab_size must be at least 2");
   need(m.n_layer >= 1 && m.d_model >= 2 && m.n_head >= 1 && m.d_ff >= 1 && m.n_ctx >= 2,
        "model.n_layer, d_model, n_head, d_ff must be positive and n_ctx at least 2");
+  // Far beyond any memory, but keeps every byte count of the layout and the planner inside 64 bits.
+  const double params = double(m.n_layer) * (4.0 * double(m.d_model) * double(m.d_model) +
+                                             2.0 * double(m.d_model) * double(m.d_ff)) +
+                        double(m.vocab_size) * double(m.d_model);
+  need(params <= 1e15, "the model has about " + num_str(params) + " parameters; expected at most 1e15");
   need(m.d_model % m.n_head == 0, "model.d_model (" + std::to_string(m.d_model) + ") must be divisible by model.n_head (" +
                                       std::to_string(m.n_head) + ")");
   need(m.d_model % 2 == 0, "model.d_model must be even (sinusoidal positions use sin and cos halves)");
@@ -232,6 +287,7 @@ Config config_from_json(const std::string& text, const std::string& where) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     const Field* f = find_field(it.key());
     if (!f) fail(where + ": unknown config key '" + it.key() + "'");
+    if (!it.value().is_string()) fail(where + ": config key '" + it.key() + "': expected a string value");
     f->set(c, it.value().get<std::string>(), where + ": " + it.key());
   }
   c.preset = where;

@@ -27,12 +27,11 @@ int activation_bytes_per_element(const std::string& precision) {
   fail("plan: train.precision must be fp32, bf16 or fp16, got '" + precision + "'");
 }
 
-Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead) {
-  CTRL_ASSERT(micro_batch >= 1 && zero_ranks >= 1);
-  const ParamLayout params = make_param_layout(config.model);
-  const ActivationLayout acts =
-      make_activation_layout(config.model, micro_batch, activation_dtype(config.train.precision));
-  const uint64_t p = uint64_t(params.total);
+namespace {
+// The bytes of one rank from the layout totals: p parameter elements (padding
+// included), `saved` and `scratch` activation units of 4 bytes.
+Memory memory_from(const Config& config, uint64_t p, uint64_t saved, uint64_t scratch, uint64_t tokens, int zero_ranks,
+                   uint64_t overhead) {
   const uint64_t low_bytes = uint64_t(activation_bytes_per_element(config.train.precision));
   // ZeRO-1 (train/trainer.cpp): shards of ceil(total / N), buffers padded to N shards.
   const uint64_t shard = (p + uint64_t(zero_ranks) - 1) / uint64_t(zero_ranks);
@@ -44,11 +43,29 @@ Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uin
   m.optimizer = uint64_t(optimizer_state_copies(config.train.optimizer)) * shard * 4;
   m.grad_shard = zero_ranks > 1 ? shard * 4 : 0;
   // The layout counts 4-byte units; its 16-bit slots already take half of one each.
-  m.activations = uint64_t(acts.saved) * 4;
-  m.workspace = uint64_t(acts.scratch) * 4;
-  m.batch = 2 * ((uint64_t(acts.B * acts.T) * 4 + 63) / 64 * 64);  // Model's tokens_ and targets_
+  m.activations = saved * 4;
+  m.workspace = scratch * 4;
+  m.batch = 2 * ((tokens * 4 + 63) / 64 * 64);  // Model's tokens_ and targets_
   m.overhead = overhead;
   return m;
+}
+
+// Layout totals: parameter elements, saved and scratch activation units.
+struct Totals {
+  uint64_t params, saved, scratch, tokens;
+};
+Totals layout_totals(const Config& config, int64_t micro_batch) {
+  const ParamLayout params = make_param_layout(config.model);
+  const ActivationLayout acts =
+      make_activation_layout(config.model, micro_batch, activation_dtype(config.train.precision));
+  return {uint64_t(params.total), uint64_t(acts.saved), uint64_t(acts.scratch), uint64_t(acts.B * acts.T)};
+}
+}  // namespace
+
+Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead) {
+  CTRL_ASSERT(micro_batch >= 1 && zero_ranks >= 1);
+  const Totals t = layout_totals(config, micro_batch);
+  return memory_from(config, t.params, t.saved, t.scratch, t.tokens, zero_ranks, overhead);
 }
 
 uint64_t engine_buffer_bytes(const Config& config, int64_t micro_batch) {
@@ -165,6 +182,109 @@ uint64_t host_memory_bytes() {
 
 namespace {
 
+// "max" or a byte count; UINT64_MAX when there is no limit or no file.
+uint64_t read_limit(const std::string& path) {
+  std::ifstream f(path);
+  std::string v;
+  if (!(f >> v) || v == "max") return UINT64_MAX;
+  try {
+    return std::stoull(v);
+  } catch (...) {
+    return UINT64_MAX;
+  }
+}
+
+uint64_t read_stat(const std::string& path, const std::string& key) {
+  std::ifstream f(path);
+  std::string k;
+  uint64_t v = 0;
+  while (f >> k >> v)
+    if (k == key) return v;
+  return 0;
+}
+
+// Room under a cgroup's limit: limit - (usage - page cache, which the kernel reclaims first).
+uint64_t cgroup_room(uint64_t limit, uint64_t usage, uint64_t cache) {
+  if (limit == UINT64_MAX) return UINT64_MAX;
+  const uint64_t used = usage > cache ? usage - cache : 0;
+  return limit > used ? limit - used : 0;
+}
+
+}  // namespace
+
+uint64_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0, available = 0;
+  while (f >> key >> kb) {
+    if (key == "MemAvailable:") available = kb * 1024;
+    f.ignore(1 << 20, '\n');
+  }
+  if (available == 0) return 0;
+  // cgroup v2: this process's group ("0::/path" in /proc/self/cgroup) and every one above it.
+  std::ifstream cg("/proc/self/cgroup");
+  std::string line, v2_path;
+  while (std::getline(cg, line))
+    if (line.rfind("0::", 0) == 0) v2_path = line.substr(3);
+  if (!v2_path.empty()) {
+    for (std::string p = v2_path;; p = p.substr(0, p.rfind('/'))) {
+      const std::string dir = "/sys/fs/cgroup" + (p == "/" ? std::string() : p);
+      available = std::min(available, cgroup_room(read_limit(dir + "/memory.max"), read_limit(dir + "/memory.current"),
+                                                   read_stat(dir + "/memory.stat", "file")));
+      if (p.empty() || p == "/") break;
+    }
+  }
+  // cgroup v1 (the memory controller's root as the container sees it).
+  const std::string v1 = "/sys/fs/cgroup/memory/";
+  available = std::min(available, cgroup_room(read_limit(v1 + "memory.limit_in_bytes"),
+                                              read_limit(v1 + "memory.usage_in_bytes"),
+                                              read_stat(v1 + "memory.stat", "total_cache")));
+  return available;
+}
+
+Memory memory_estimate(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead) {
+  CTRL_ASSERT(micro_batch >= 1 && zero_ranks >= 1);
+  const int64_t L = config.model.n_layer;
+  if (L <= 64) return memory_for(config, micro_batch, zero_ranks, overhead);
+  Config one = config, two = config;
+  one.model.n_layer = 1;
+  two.model.n_layer = 2;
+  const Totals a = layout_totals(one, micro_batch), b = layout_totals(two, micro_batch);
+  const uint64_t more = uint64_t(L - 1);
+  auto grow = [&](uint64_t x1, uint64_t x2) { return x1 + more * (x2 - x1); };
+  return memory_from(config, grow(a.params, b.params), grow(a.saved, b.saved), grow(a.scratch, b.scratch), a.tokens, zero_ranks,
+                     overhead);
+}
+
+void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available) {
+  if (available == 0) return;  // unknown: nothing to check against
+  auto need = [&](int64_t b) { return memory_estimate(config, b, zero_ranks, kCpuRuntimeOverheadBytes).total(); };
+  const uint64_t bytes = need(micro_batch);
+  if (bytes <= available) return;
+  auto gib = [](uint64_t x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f GiB", double(x) / double(1ull << 30));
+    return std::string(buf);
+  };
+  std::string fit;
+  if (need(1) > available) {
+    fit = "not even micro-batch 1 fits (" + gib(need(1)) + "); choose a smaller model";
+  } else {
+    int64_t lo = 1, hi = micro_batch;  // need(lo) fits, need(hi) does not
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (need(mid) <= available ? lo : hi) = mid;
+    }
+    fit = "the largest micro-batch that fits is " + std::to_string(lo) + " (--set train.micro_batch=" +
+          std::to_string(lo) + ")";
+  }
+  fail("config " + config.preset + ": needs " + gib(bytes) + " of memory at micro-batch " +
+       std::to_string(micro_batch) + " (model, gradients, optimizer state, activations), but only " + gib(available) +
+       " is available (MemAvailable and cgroup limit); " + fit);
+}
+
+namespace {
+
 constexpr double kGiB = double(1ull << 30);
 
 // Default model-FLOPs utilisation: a stated assumption, not a measurement.
@@ -272,7 +392,7 @@ Plan make_plan(const Request& r) {
   // Memory: the largest micro-batch that fits (memory grows with B), then the
   // micro-batch to plan with.
   const int zero_ranks = r.zero == 1 ? p.ranks : 1;
-  auto fits = [&](int64_t b) { return memory_for(c, b, zero_ranks, overhead).total() <= p.device_memory; };
+  auto fits = [&](int64_t b) { return memory_estimate(c, b, zero_ranks, overhead).total() <= p.device_memory; };
   if (fits(1)) {
     int64_t lo = 1, hi = 2;
     while (hi <= (int64_t(1) << 24) && fits(hi)) lo = hi, hi *= 2;
@@ -298,7 +418,7 @@ Plan make_plan(const Request& r) {
       }
     p.fits = true;
   }
-  p.memory = memory_for(c, std::max<int64_t>(1, p.micro_batch), zero_ranks, overhead);
+  p.memory = memory_estimate(c, std::max<int64_t>(1, p.micro_batch), zero_ranks, overhead);
   if (r.zero == 1) {
     // Each rank streams its shard to the writer a piece at a time: one piece of staging.
     p.zero_checkpoint_peak = p.memory.total() + kZeroCheckpointPieceFloats * sizeof(float);
@@ -352,7 +472,7 @@ Plan make_plan(const Request& r) {
         gib(p.device_memory) + "), largest micro-batch " + std::to_string(p.largest_micro_batch) + "; if it did: ";
   } else {
     v = "fits: no, even micro-batch 1 needs " + gib(p.memory.total()) + " per device of " + gib(p.device_memory) +
-        (r.zero == 0 && p.ranks > 1 && memory_for(c, 1, p.ranks, overhead).total() <= p.device_memory
+        (r.zero == 0 && p.ranks > 1 && memory_estimate(c, 1, p.ranks, overhead).total() <= p.device_memory
              ? " (it fits with --zero 1)"
              : "") +
         "; if it did: ";

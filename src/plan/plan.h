@@ -93,6 +93,24 @@ MachineProfile parse_machine(const std::string& json_text, const std::string& wh
 // This machine's memory (MemTotal from /proc/meminfo), in bytes.
 uint64_t host_memory_bytes();
 
+// Memory this process can still take, in bytes: MemAvailable from
+// /proc/meminfo, lowered to the room left under every cgroup memory limit
+// above it (v2 memory.max, or v1 memory.limit_in_bytes, less the usage that
+// is not reclaimable page cache). 0 if /proc/meminfo cannot be read.
+uint64_t available_memory_bytes();
+
+// memory_for without building a layout per layer: the layouts of 1 and 2
+// layers, extrapolated (every layer past the first adds the same bytes; the
+// tests check this against memory_for). Cheap for n_layer = 1000000, where the
+// layout tables themselves would take gigabytes.
+Memory memory_estimate(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead);
+
+// Refuses, before anything is allocated, a run that cannot fit: when the
+// engine's buffers at `micro_batch` plus kCpuRuntimeOverheadBytes exceed
+// `available` bytes, a one-line ctrl::Error with the figure, the room and
+// the largest micro-batch that fits (or that not even one sequence does).
+void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available);
+
 struct Request {
   Config config;
   double tokens = 0;           // tokens to train on

@@ -20,33 +20,41 @@ namespace ctrl {
 
 namespace {
 
-// Lines longer than this are cut (at a character boundary) before training;
-// SentencePiece would silently skip them otherwise.
-constexpr size_t kMaxSentenceBytes = 16384;
-
 // Adapts a SentenceSource to SentencePiece's pull iterator, with progress.
+// A line longer than kMaxSentenceBytes is fed as several sentences.
 class Feeder : public sentencepiece::SentenceIterator {
  public:
-  Feeder(SentenceSource& source, std::FILE* terminal)
-      : source_(source), progress_("tokenizer: reading sentences", source.size_hint(), "sentences", terminal) {
+  Feeder(SentenceSource& source, TokenizerTrainStats& stats, std::FILE* terminal)
+      : source_(source), stats_(stats),
+        progress_("tokenizer: reading sentences", source.size_hint(), "sentences", terminal) {
+    stats_ = {};
     source_.rewind();
     Next();
   }
   bool done() const override { return done_; }
   void Next() override {
     while (true) {
-      if (!source_.next(value_)) {
+      if (piece_ < pieces_.size()) {
+        value_.assign(pieces_[piece_].data(), pieces_[piece_].size());
+        ++piece_;
+        ++stats_.sentences;
+        if (!value_.empty()) return;
+        continue;
+      }
+      if (!source_.next(line_)) {
         done_ = true;
         progress_.finish();  // SentencePiece reads everything, then trains
         return;
       }
       progress_.add(1);
-      if (value_.size() > kMaxSentenceBytes) {
-        size_t cut = kMaxSentenceBytes;
-        while (cut > 0 && (static_cast<unsigned char>(value_[cut]) & 0xC0) == 0x80) --cut;
-        value_.resize(cut);
+      piece_ = 0;
+      if (line_.size() > kMaxSentenceBytes) {
+        pieces_ = split_for_encoding(line_, kMaxSentenceBytes);
+        ++stats_.long_lines;
+        stats_.long_line_pieces += pieces_.size();
+      } else {
+        pieces_.assign(1, std::string_view(line_));
       }
-      if (!value_.empty()) return;
     }
   }
   const std::string& value() const override { return value_; }
@@ -54,8 +62,11 @@ class Feeder : public sentencepiece::SentenceIterator {
 
  private:
   SentenceSource& source_;
+  TokenizerTrainStats& stats_;
   Progress progress_;
-  std::string value_;
+  std::string line_, value_;
+  std::vector<std::string_view> pieces_;
+  size_t piece_ = 0;
   bool done_ = false;
 };
 
@@ -63,7 +74,42 @@ int thread_count(int threads) { return threads > 0 ? threads : omp_get_max_threa
 
 }  // namespace
 
-uint32_t train_tokenizer(SentenceSource& sentences, const TokenizerTrainOptions& options, const std::string& model_path) {
+std::vector<std::string_view> split_for_encoding(std::string_view text, size_t max_bytes) {
+  std::vector<std::string_view> out;
+  if (max_bytes < 8) max_bytes = 8;  // room for one UTF-8 character
+  auto is_sentence_end = [&](size_t end) {  // text[.., end) ends a sentence
+    static constexpr std::string_view kEnds[] = {"\xE3\x80\x82", "\xEF\xBC\x8E", "\xEF\xBC\x81", "\xEF\xBC\x9F",
+                                                  ".", "!", "?"};
+    for (auto e : kEnds)
+      if (end >= e.size() && text.substr(end - e.size(), e.size()) == e) return true;
+    return false;
+  };
+  while (text.size() > max_bytes) {
+    const std::string_view window = text.substr(0, max_bytes);
+    size_t cut = window.rfind('\n');
+    cut = cut == std::string_view::npos ? 0 : cut + 1;
+    if (cut < max_bytes / 4) {  // no newline in the last three quarters: try a sentence end
+      for (size_t end = max_bytes; end > max_bytes / 4; --end)
+        if (is_sentence_end(end)) {
+          cut = end;
+          break;
+        }
+    }
+    if (cut < max_bytes / 4) {  // a character boundary
+      cut = max_bytes;
+      while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+      if (cut == 0) cut = max_bytes;  // not UTF-8 at all: any cut will do
+    }
+    out.push_back(text.substr(0, cut));
+    text.remove_prefix(cut);
+  }
+  if (!text.empty()) out.push_back(text);
+  return out;
+}
+
+uint32_t train_tokenizer(SentenceSource& sentences, const TokenizerTrainOptions& options, const std::string& model_path,
+                         TokenizerTrainStats* stats_out) {
+  TokenizerTrainStats stats;
   std::string symbols;
   for (const auto& code : options.control_codes) {
     if (code.empty() || code.find_first_of(", \t\n") != std::string::npos)
@@ -93,10 +139,21 @@ uint32_t train_tokenizer(SentenceSource& sentences, const TokenizerTrainOptions&
     sentencepiece::util::Status status;
     {
       TrainerLog log("tokenizer: training unigram model (" + std::to_string(vocab) + " pieces)", vocab);
-      Feeder feeder(sentences, log.terminal());
+      Feeder feeder(sentences, stats, log.terminal());
       status = sentencepiece::SentencePieceTrainer::Train(args, &feeder, &model);
     }
     if (status.ok()) {
+      std::fprintf(stderr, "tokenizer: trained on %s of %llu sentences", 
+                   stats.sentences > options.sample_sentences ? "a random sample" : "all",
+                   static_cast<unsigned long long>(stats.sentences));
+      if (stats.sentences > options.sample_sentences)
+        std::fprintf(stderr, " (%llu, --sample-sentences)", static_cast<unsigned long long>(options.sample_sentences));
+      if (stats.long_lines > 0)
+        std::fprintf(stderr, "; %llu line(s) longer than %zu bytes were split into %llu sentences",
+                     static_cast<unsigned long long>(stats.long_lines), kMaxSentenceBytes,
+                     static_cast<unsigned long long>(stats.long_line_pieces));
+      std::fprintf(stderr, "\n");
+      if (stats_out) *stats_out = stats;
       write_file_atomically(model_path, model);
       return vocab;
     }
@@ -130,21 +187,29 @@ Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::string& path) {
   if (!file_exists(path)) fail(path + ": no such tokenizer model");
+  return from_bytes(read_file(path), path);
+}
+
+Tokenizer Tokenizer::from_bytes(const std::string& bytes, const std::string& name) {
   Tokenizer t;
-  t.path_ = path;
-  const auto status = t.sp_->LoadFromSerializedProto(read_file(path));
-  if (!status.ok()) fail(path + ": not a SentencePiece model: " + status.message());
-  if (t.sp_->eos_id() < 0) fail(path + ": the SentencePiece model has no end-of-sentence piece </s>");
+  t.path_ = name;
+  const auto status = t.sp_->LoadFromSerializedProto(absl::string_view(bytes.data(), bytes.size()));
+  if (!status.ok()) fail(name + ": not a SentencePiece model: " + status.message());
+  if (t.sp_->eos_id() < 0) fail(name + ": the SentencePiece model has no end-of-sentence piece </s>");
   return t;
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const { return encode_clean(clean_text(text)); }
 
 std::vector<int32_t> Tokenizer::encode_clean(std::string_view text) const {
+  std::vector<int32_t> out;
   std::vector<int> ids;
-  const auto status = sp_->Encode(absl::string_view(text.data(), text.size()), &ids);
-  if (!status.ok()) fail(path_ + ": encoding failed: " + status.message());
-  return std::vector<int32_t>(ids.begin(), ids.end());
+  for (std::string_view piece : split_for_encoding(text, kEncodeChunkBytes)) {
+    const auto status = sp_->Encode(absl::string_view(piece.data(), piece.size()), &ids);
+    if (!status.ok()) fail(path_ + ": encoding failed: " + status.message());
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+  return out;
 }
 
 std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std::string_view>& texts, int threads) const {

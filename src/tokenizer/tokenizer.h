@@ -46,6 +46,22 @@ class VectorSentenceSource : public SentenceSource {
   size_t i_ = 0;
 };
 
+// SentencePiece's memory grows with the length of one encoded string (its
+// lattice) at about 70 bytes per input byte; texts are encoded in pieces of at most this.
+constexpr size_t kEncodeChunkBytes = size_t(64) << 10;
+// Lines longer than this are split for tokenizer training (SentencePiece skips longer sentences).
+constexpr size_t kMaxSentenceBytes = 16384;
+
+// Cuts text into consecutive pieces of at most max_bytes each, preferring a cut
+// after a newline, then after a sentence end (。．！？.!?), then any UTF-8
+// character boundary. Concatenated, the pieces are the text.
+std::vector<std::string_view> split_for_encoding(std::string_view text, size_t max_bytes);
+
+// What tokenizer training read: lines fed, long lines split and the pieces they gave.
+struct TokenizerTrainStats {
+  uint64_t sentences = 0, long_lines = 0, long_line_pieces = 0;
+};
+
 struct TokenizerTrainOptions {
   uint32_t vocab_size = 32000;
   std::vector<std::string> control_codes;  // user-defined symbols, one token each
@@ -61,13 +77,18 @@ struct TokenizerTrainOptions {
 // Trains a unigram model and writes it atomically to model_path. Shows
 // progress while sentences are fed. Returns the vocabulary size trained.
 // Deterministic for the same sentences, options and seed.
+// Lines longer than kMaxSentenceBytes are split (split_for_encoding) rather than
+// cut or skipped, and a line on stderr says how many sentences the trainer saw,
+// how many it samples and how many long lines were split.
 uint32_t train_tokenizer(SentenceSource& sentences, const TokenizerTrainOptions& options,
-                         const std::string& model_path);
+                         const std::string& model_path, TokenizerTrainStats* stats = nullptr);
 
 class Tokenizer {
  public:
   // Loads a .model file; throws ctrl::Error naming the path if unreadable or not a model.
   static Tokenizer load(const std::string& path);
+  // The same from a model's bytes (e.g. carried in a checkpoint); `name` stands for the path in messages.
+  static Tokenizer from_bytes(const std::string& bytes, const std::string& name);
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
@@ -75,6 +96,9 @@ class Tokenizer {
   // Encodes a user's text: cleaned exactly as the corpus was (corpus/clean.h), then split.
   std::vector<int32_t> encode(std::string_view text) const;
   // Encodes text that is already clean_text()'s output (the corpus path; no second normalization).
+  // Text longer than kEncodeChunkBytes is encoded in pieces cut at line ends, else sentence ends,
+  // else character boundaries (split_for_encoding), so memory stays bounded on a 50 MB line;
+  // decode(encode_clean(x)) == x still holds.
   std::vector<int32_t> encode_clean(std::string_view text) const;
   // Encodes many cleaned texts in parallel over `threads` (0: all); result i belongs
   // to texts[i] whatever the thread count.

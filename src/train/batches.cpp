@@ -75,7 +75,8 @@ int64_t Batches::held_out(size_t c, int64_t max_sequences, std::vector<int32_t>*
   targets->clear();
   if (!data_) return 0;
   const TokenStream& s = data_->valid(c);
-  if (s.size() < uint64_t(T_)) return 0;
+  // No window asked for (or none fits) is an empty answer, never a division by zero below.
+  if (max_sequences < 1 || s.size() < uint64_t(T_)) return 0;
   const int64_t windows = std::min<int64_t>(max_sequences, int64_t(s.size() / uint64_t(T_)));
   tokens->resize(size_t(windows * T_));
   targets->resize(size_t(windows * T_));

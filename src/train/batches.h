@@ -35,7 +35,8 @@ class Batches {
   // tokens and targets are [n, T].
   void train(int64_t first, int64_t n, int32_t* tokens, int32_t* targets) const;
   // Held-out sequences of code c: up to `max_sequences` non-overlapping windows
-  // spread evenly over its held-out stream (the same every time). Returns how many.
+  // spread evenly over its held-out stream (the same every time). Returns how
+  // many: 0 when max_sequences < 1 or the stream is shorter than T.
   int64_t held_out(size_t c, int64_t max_sequences, std::vector<int32_t>* tokens, std::vector<int32_t>* targets) const;
 
  private:

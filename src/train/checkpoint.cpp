@@ -1,17 +1,96 @@
 #include "train/checkpoint.h"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/shard.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ctrl {
 
 namespace {
 constexpr const char* kFormat = "ctrl-checkpoint";
-constexpr int kVersion = 1;
+// Version 2 adds "metadata_crc32"; version 1 files (no metadata checksum) are still read.
+constexpr int kVersion = 2;
+constexpr int kOldestVersion = 1;
+constexpr const char* kDataCrcKey = "crc32";
+constexpr const char* kMetadataCrcKey = "metadata_crc32";
+
+// CRC-32 of every metadata entry but the two checksums, in key order, each as
+// key NUL value NUL: any edit of a value, or a key added or removed, changes it.
+uint32_t metadata_crc(const std::map<std::string, std::string>& metadata) {
+  uint32_t crc = 0;
+  for (const auto& [key, value] : metadata) {
+    if (key == kDataCrcKey || key == kMetadataCrcKey) continue;
+    crc = crc32_of(key.data(), key.size(), crc);
+    crc = crc32_of("", 1, crc);
+    crc = crc32_of(value.data(), value.size(), crc);
+    crc = crc32_of("", 1, crc);
+  }
+  return crc;
+}
+
+// The whole string as a base-10 integer in [lo, hi] (std::stoll would take "3u" as 3).
+int64_t parse_int_field(const std::string& path, const std::string& key, const std::string& v, int64_t lo, int64_t hi) {
+  size_t pos = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(v, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  if (v.empty() || pos != v.size() || x < lo || x > hi)
+    fail(path + ": metadata '" + key + "' = '" + v + "': expected an integer in [" + std::to_string(lo) + ", " +
+         std::to_string(hi) + "]");
+  return x;
+}
+
+double parse_real_field(const std::string& path, const std::string& key, const std::string& v, double lo,
+                        bool lo_open) {
+  size_t pos = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  if (v.empty() || pos != v.size() || !std::isfinite(x) || (lo_open ? x <= lo : x < lo))
+    fail(path + ": metadata '" + key + "' = '" + v + "': expected a finite number " + (lo_open ? "> " : ">= ") +
+         std::to_string(lo));
+  return x;
+}
+
+// Control codes against the model: ids inside the vocabulary, names and ids distinct.
+void check_codes(const std::vector<CodeInfo>& codes, int64_t vocab_size, const std::string& where) {
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const CodeInfo& c = codes[i];
+    if (c.name.empty()) fail(where + ": control code " + std::to_string(i) + " has an empty name");
+    if (c.token_id < 0 || c.token_id >= vocab_size)
+      fail(where + ": control code '" + c.name + "' token_id " + std::to_string(c.token_id) +
+           ": expected a token id in [0, " + std::to_string(vocab_size) + ")");
+    for (size_t k = 0; k < i; ++k)
+      if (codes[k].name == c.name || codes[k].token_id == c.token_id)
+        fail(where + ": control codes '" + codes[k].name + "' and '" + c.name +
+             "' share a name or token id; expected one token per code");
+  }
+}
+// The codes are the tokenizer's pieces of those names, and the tokenizer fits the model.
+void check_tokenizer(const CheckpointContents& c, const std::string& path) {
+  const Tokenizer tokenizer = Tokenizer::from_bytes(c.tokenizer, path + " (tokenizer.model)");
+  if (int64_t(tokenizer.vocab_size()) > c.config.model.vocab_size)
+    fail(path + ": its tokenizer has " + std::to_string(tokenizer.vocab_size()) + " pieces, more than model.vocab_size " +
+         std::to_string(c.config.model.vocab_size));
+  for (const auto& code : c.codes)
+    if (tokenizer.piece_to_id(code.name) != code.token_id)
+      fail(path + ": control code '" + code.name + "' token_id " + std::to_string(code.token_id) +
+           " but the tokenizer gives " + std::to_string(tokenizer.piece_to_id(code.name)) + " (-1: no such piece)");
+}
 }  // namespace
 
 // Downloads elements [begin, begin + count) of a backend buffer through host
@@ -52,6 +131,9 @@ void save_checkpoint(const std::string& path, const CheckpointContents& c, const
 
 void save_checkpoint(const std::string& path, const CheckpointContents& c, const ParamLayout& layout,
                      const ParamSource& params, const OptimizerState* optimizer) {
+  // Never write a checkpoint that would not load.
+  check_codes(c.codes, c.config.model.vocab_size, path);
+  if (!c.tokenizer.empty()) check_tokenizer(c, path);
   SafetensorsWriter w;
   for (const auto& t : layout.tensors)
     w.add_streamed(t.name, DType::F32, t.shape, [&params, &t](const SafetensorsWriter::Emit& emit) {
@@ -77,20 +159,26 @@ void save_checkpoint(const std::string& path, const CheckpointContents& c, const
     w.add("tokenizer.model", DType::U8, {int64_t(c.tokenizer.size())}, c.tokenizer.data());
   nlohmann::json codes = nlohmann::json::array();
   for (const auto& code : c.codes) codes.push_back({{"name", code.name}, {"token_id", code.token_id}});
-  w.set_metadata("format", kFormat);
-  w.set_metadata("version", std::to_string(kVersion));
-  w.set_metadata("config", config_to_json(c.config));
-  w.set_metadata("step", std::to_string(c.state.step));
-  w.set_metadata("optimizer_step", std::to_string(optimizer ? optimizer->step : 0));
-  w.set_metadata("next_sequence", std::to_string(c.state.next_sequence));
-  w.set_metadata("elapsed_seconds", std::to_string(c.state.elapsed_seconds));
+  std::map<std::string, std::string> meta;  // what goes in, for the metadata checksum
+  auto put = [&](const std::string& key, const std::string& value) {
+    meta[key] = value;
+    w.set_metadata(key, value);
+  };
+  put("format", kFormat);
+  put("version", std::to_string(kVersion));
+  put("config", config_to_json(c.config));
+  put("step", std::to_string(c.state.step));
+  put("optimizer_step", std::to_string(optimizer ? optimizer->step : 0));
+  put("next_sequence", std::to_string(c.state.next_sequence));
+  put("elapsed_seconds", std::to_string(c.state.elapsed_seconds));
   char scale[64];
   std::snprintf(scale, sizeof scale, "%.17g", c.state.scaler.scale);
-  w.set_metadata("loss_scale", scale);
-  w.set_metadata("loss_scale_clean_steps", std::to_string(c.state.scaler.clean_steps));
-  w.set_metadata("skipped_steps", std::to_string(c.state.scaler.skipped_steps));
-  w.set_metadata("codes", codes.dump());
-  w.set_crc_metadata("crc32");
+  put("loss_scale", scale);
+  put("loss_scale_clean_steps", std::to_string(c.state.scaler.clean_steps));
+  put("skipped_steps", std::to_string(c.state.scaler.skipped_steps));
+  put("codes", codes.dump());
+  w.set_metadata(kMetadataCrcKey, std::to_string(metadata_crc(meta)));
+  w.set_crc_metadata(kDataCrcKey);
   w.write(path);
 }
 
@@ -103,28 +191,63 @@ Checkpoint::Checkpoint(const std::string& path) {
     return it->second;
   };
   if (get("format") != kFormat) fail(path + ": not a ctrl checkpoint (format '" + get("format") + "')");
-  if (get("version") != std::to_string(kVersion))
-    fail(path + ": checkpoint version " + get("version") + ", this ctrl reads version " + std::to_string(kVersion));
-  if (std::to_string(file_->data_crc32()) != get("crc32"))
+  const std::string& version_text = get("version");
+  const int64_t version = parse_int_field(path, "version", version_text, 0, INT32_MAX);
+  if (version > kVersion)
+    throw CheckpointTooNew(path + ": checkpoint format version " + version_text + " is newer than this ctrl reads (" +
+                           std::to_string(kOldestVersion) + " to " + std::to_string(kVersion) +
+                           "); use the newer ctrl that wrote it");
+  if (version < kOldestVersion)
+    fail(path + ": checkpoint format version " + version_text + ", this ctrl reads versions " +
+         std::to_string(kOldestVersion) + " to " + std::to_string(kVersion));
+  if (std::to_string(file_->data_crc32()) != get(kDataCrcKey))
     fail(path + ": checksum mismatch: the checkpoint is corrupt or was modified");
+  // Version 1 wrote no metadata checksum; its fields are still range-checked below.
+  if (version >= 2 && std::to_string(metadata_crc(meta)) != get(kMetadataCrcKey))
+    fail(path + ": metadata checksum mismatch: the checkpoint's metadata (config, step, data position or control "
+                "codes) is corrupt or was modified");
   contents_.config = config_from_json(get("config"), path);
+  validate(contents_.config);
+  auto integer = [&](const char* key) { return parse_int_field(path, key, get(key), 0, INT64_MAX); };
+  contents_.state.step = integer("step");
+  contents_.state.next_sequence = integer("next_sequence");
+  contents_.state.elapsed_seconds = parse_real_field(path, "elapsed_seconds", get("elapsed_seconds"), 0, false);
+  contents_.state.scaler.scale = parse_real_field(path, "loss_scale", get("loss_scale"), 0, true);
+  contents_.state.scaler.clean_steps = integer("loss_scale_clean_steps");
+  contents_.state.scaler.skipped_steps = integer("skipped_steps");
+  optimizer_step_ = integer("optimizer_step");
   try {
-    contents_.state.step = std::stoll(get("step"));
-    contents_.state.next_sequence = std::stoll(get("next_sequence"));
-    contents_.state.elapsed_seconds = std::stod(get("elapsed_seconds"));
-    contents_.state.scaler.scale = std::stod(get("loss_scale"));
-    contents_.state.scaler.clean_steps = std::stoll(get("loss_scale_clean_steps"));
-    contents_.state.scaler.skipped_steps = std::stoll(get("skipped_steps"));
-    for (const auto& code : nlohmann::json::parse(get("codes")))
+    const auto codes = nlohmann::json::parse(get("codes"));
+    if (!codes.is_array()) fail(path + ": metadata 'codes': expected a JSON array of {name, token_id}");
+    for (const auto& code : codes)
       contents_.codes.push_back({code.at("name").get<std::string>(), code.at("token_id").get<int32_t>()});
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    fail(path + ": malformed checkpoint metadata: " + e.what());
+    fail(path + ": metadata 'codes': expected a JSON array of {name, token_id}: " + e.what());
   }
+  check_codes(contents_.codes, contents_.config.model.vocab_size, path);
   if (file_->has("tokenizer.model")) {
     const auto& t = file_->get("tokenizer.model");
     contents_.tokenizer.assign(reinterpret_cast<const char*>(t.data), t.nbytes);
+    check_tokenizer(contents_, path);
+  }
+}
+
+void check_corpus_matches(const CheckpointContents& checkpoint, const Dataset& data, const std::string& where) {
+  const std::string corpus_tokenizer = data.tokenizer_path().empty() ? "" : read_file(data.tokenizer_path());
+  if (!checkpoint.tokenizer.empty() && !corpus_tokenizer.empty() && checkpoint.tokenizer != corpus_tokenizer)
+    fail(where + ": the corpus " + data.dir() + " was tokenized with another tokenizer than the model's (" +
+         data.tokenizer_path() + " differs from the checkpoint's); token ids would mean other pieces");
+  if (int64_t(data.manifest().vocab_size) > checkpoint.config.model.vocab_size)
+    fail(where + ": the corpus " + data.dir() + " has vocabulary " + std::to_string(data.manifest().vocab_size) +
+         ", larger than the model's " + std::to_string(checkpoint.config.model.vocab_size));
+  for (const auto& c : checkpoint.codes) {
+    const int i = data.find_code(c.name);
+    if (i >= 0 && data.code(size_t(i)).token_id != c.token_id)
+      fail(where + ": control code '" + c.name + "' is token " + std::to_string(c.token_id) +
+           " in the checkpoint but token " + std::to_string(data.code(size_t(i)).token_id) + " in the corpus " +
+           data.dir() + "/manifest.json");
   }
 }
 
@@ -161,7 +284,7 @@ void Checkpoint::read_optimizer_state(const std::string& name, const ParamLayout
   for (const auto& t : layout.tensors) copy_tensor(*file_, "optimizer." + name + "." + t.name, t, out + t.offset);
 }
 
-int64_t Checkpoint::optimizer_step() const { return std::stoll(file_->metadata().at("optimizer_step")); }
+int64_t Checkpoint::optimizer_step() const { return optimizer_step_; }
 
 void Checkpoint::load_optimizer(Optimizer& optimizer) const {
   const ParamLayout layout = make_param_layout(contents_.config.model);

@@ -1,8 +1,11 @@
 // Checkpoints: one safetensors file holding the parameters (under their
 // Hugging Face names), the optimizer state, and in its metadata the config,
-// step, data position, control codes and a CRC-32 of all tensor bytes; the
-// tokenizer model travels inside as bytes, so a checkpoint alone can generate.
-// Written atomically; the checksum, format and shapes are verified on load.
+// step, data position, control codes, a CRC-32 of all tensor bytes and (format
+// version 2) a CRC-32 of the other metadata; the tokenizer model travels inside
+// as bytes, so a checkpoint alone can generate. Written atomically; on load the
+// checksums, format, every metadata field (whole-string numbers in range, a
+// valid config, codes inside the vocabulary and equal to the tokenizer's
+// pieces) and the shapes are verified.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -10,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/safetensors.h"
 #include "model/config.h"
 #include "model/model.h"
@@ -71,9 +75,17 @@ void save_checkpoint(const std::string& path, const CheckpointContents& contents
 // The state of an unsharded optimizer, for save_checkpoint (read from the backend piece by piece).
 OptimizerState full_state(Optimizer& optimizer);
 
+// A checkpoint of a format version newer than this build reads. Unlike other
+// damage it is not a reason to fall back to an older checkpoint: training on
+// would overwrite a run that a newer ctrl wrote.
+struct CheckpointTooNew : Error {
+  using Error::Error;
+};
+
 class Checkpoint {
  public:
-  // Opens and verifies the file (format, version, checksum, config).
+  // Opens and verifies the file (format, version, checksums, metadata fields);
+  // ctrl::Error naming the file and the field, CheckpointTooNew for a newer version.
   explicit Checkpoint(const std::string& path);
   const CheckpointContents& contents() const { return contents_; }
   const Config& config() const { return contents_.config; }
@@ -91,7 +103,14 @@ class Checkpoint {
  private:
   std::unique_ptr<SafetensorsReader> file_;
   CheckpointContents contents_;
+  int64_t optimizer_step_ = 0;
 };
+
+class Dataset;
+// The corpus fits the model: the same tokenizer (when both carry one), a
+// vocabulary no larger than the model's, and every control code that both
+// name has the same token id. ctrl::Error naming `where` and the field otherwise.
+void check_corpus_matches(const CheckpointContents& checkpoint, const Dataset& data, const std::string& where);
 
 // Checkpoint files in a run directory's checkpoints/, oldest first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);

@@ -15,6 +15,7 @@
 #include "core/progress.h"
 #include "core/rng.h"
 #include "core/sysinfo.h"
+#include "plan/plan.h"
 #include "train/loss_scaler.h"
 #include "train/run_dir.h"
 #include "train/shard_stream.h"
@@ -140,6 +141,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
     for (auto it = existing.rbegin(); it != existing.rend() && !checkpoint; ++it) {
       try {
         checkpoint = std::make_unique<Checkpoint>(*it);
+      } catch (const CheckpointTooNew&) {
+        throw;  // never train over (and then prune) a newer ctrl's run
       } catch (const Error& e) {
         std::fprintf(stderr, "warning: skipping %s\n", e.what());
       }
@@ -162,6 +165,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
       fail(config_.train.data + ": corpus vocabulary " + std::to_string(dataset_->manifest().vocab_size) +
            " is larger than model.vocab_size " + std::to_string(config_.model.vocab_size) +
            " (set --set model.vocab_size=" + std::to_string(dataset_->manifest().vocab_size) + ")");
+    if (checkpoint) check_corpus_matches(checkpoint->contents(), *dataset_, "ctrl train --resume");
     batches_ = std::make_unique<Batches>(Batches::from_dataset(dataset_, config_.model.n_ctx, config_.train.seed));
     if (!dataset_->tokenizer_path().empty()) contents_.tokenizer = read_file(dataset_->tokenizer_path());
   } else {
@@ -174,6 +178,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   if (dataset_) comm_->check_identical("the corpus manifest", dataset_->manifest().sources_json +
                                                                   std::to_string(dataset_->manifest().tokenizer_crc32));
 
+  plan::check_memory(config_, t.micro_batch, options_.zero == 1 ? int(ranks) : 1, plan::available_memory_bytes());
   ops_ = make_ops(t.device, int(t.threads));
   model_ = std::make_unique<Model>(config_.model, *ops_, t.micro_batch, activation_dtype(t.precision));
   const ParamLayout& layout = model_->layout();

@@ -1,0 +1,555 @@
+// Bad input (issue 10): every case a hostile user found is refused with one
+// line naming the file and field, or handled, instead of crashing or being
+// silently used. docs/input-validation.md lists each check and its test here.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/safetensors.h"
+#include "corpus/binary.h"
+#include "corpus/prepare.h"
+#include "corpus/sources.h"
+#include "data/shard.h"
+#include "model/config.h"
+#include "plan/plan.h"
+#include "test_support.h"
+#include "tokenizer/tokenizer.h"
+#include "train/batches.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+using namespace ctrl;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fresh_dir(const std::string& name) { return test_support::fresh_dir("ctrl_badinput", name); }
+
+// The message of the ctrl::Error that f throws ("" if it throws none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+#define EXPECT_ERROR(expr, ...)                                               \
+  do {                                                                        \
+    const std::string message_ = error_of([&] { (void)(expr); });             \
+    EXPECT_FALSE(message_.empty()) << #expr " was accepted";                  \
+    for (const char* part_ : {__VA_ARGS__})                                   \
+      EXPECT_NE(message_.find(part_), std::string::npos) << "'" << part_ << "' not in: " << message_; \
+    EXPECT_EQ(message_.find('\n'), std::string::npos) << "not one line: " << message_; \
+  } while (0)
+
+// Runs the ctrl binary; returns its exit status and its stderr+stdout.
+int ctrl_cli(const std::string& args, std::string* out) {
+  FILE* f = popen((std::string(CTRL_BINARY) + " " + args + " 2>&1").c_str(), "r");
+  if (!f) return -1;
+  char buf[4096];
+  size_t n;
+  out->clear();
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
+  const int status = pclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+Config small_config(int64_t steps) {
+  Config c = load_config("tiny");
+  for (const char* s : {"model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "model.n_head=2",
+                        "model.d_ff=64", "model.n_ctx=16", "train.micro_batch=2", "train.global_batch=4",
+                        "train.eval_every=0", "train.checkpoint_every=2", "train.warmup_steps=2",
+                        "train.lr=0.01", "train.log_every=1"})
+    apply_override(c, s);
+  c.train.steps = steps;
+  return c;
+}
+
+// ---------------------------------------------------------------- crashes
+
+TEST(BadInputCrash, HeldOutWithZeroOrNegativeSequencesIsEmpty) {
+  const std::string dir = fresh_dir("heldout");
+  std::vector<uint32_t> a(40, 7), b(40, 9);
+  test_support::write_two_code_corpus(dir, a, b, 64);
+  const Batches batches = Batches::from_dataset(std::make_shared<Dataset>(Dataset::open(dir)), 8, 1);
+  std::vector<int32_t> tokens, targets;
+  EXPECT_EQ(batches.held_out(0, 0, &tokens, &targets), 0);   // was SIGFPE (stride = size / 0)
+  EXPECT_EQ(batches.held_out(0, -1, &tokens, &targets), 0);  // was vector::_M_default_append
+  EXPECT_TRUE(tokens.empty());
+  EXPECT_EQ(batches.held_out(0, 2, &tokens, &targets), 2);
+  fs::remove_all(dir);
+}
+
+TEST(BadInputCrash, EvalBatchesAndMaxSequencesMustBePositive) {
+  Config c = small_config(1);
+  apply_override(c, "train.eval_batches=0");
+  EXPECT_ERROR(validate(c), "train.eval_batches = 0", "expected an integer in [1, ");
+  std::string out;
+  EXPECT_EQ(ctrl_cli("eval --model none.ckpt --data none --max-sequences 0", &out), 1);
+  EXPECT_NE(out.find("--max-sequences 0: expected an integer in [1, "), std::string::npos) << out;
+  EXPECT_EQ(ctrl_cli("eval --model none.ckpt --data none --max-sequences -1", &out), 1);
+  EXPECT_NE(out.find("--max-sequences -1: expected an integer in [1, "), std::string::npos) << out;
+}
+
+// A shard file written with vocabulary `written` whose header then claims `claimed`:
+// the checksum covers only the tokens, so the file is otherwise valid.
+void write_shard_claiming(const std::string& path, const std::vector<uint32_t>& tokens, uint32_t written,
+                          uint32_t claimed) {
+  write_shard(path, tokens, 1, written);
+  std::string bytes = read_file(path);
+  std::memcpy(&bytes[16], &claimed, 4);  // magic 8, version 4, token_bytes 4, then vocab_size
+  write_file_atomically(path, bytes);
+}
+
+TEST(BadInputCrash, ShardTokenOutsideTheVocabularyIsRefusedAtLoad) {
+  const std::string dir = fresh_dir("oov");
+  make_directories(dir);
+  std::vector<uint32_t> tokens(100, 5);
+  tokens[37] = 4000;
+  write_shard_claiming(dir + "/a.bin", tokens, 4001, 4000);
+  EXPECT_ERROR(Shard(dir + "/a.bin", 4000), "a.bin", "token id 4000", "byte offset 138", "vocabulary of 4000");
+  tokens[37] = 65535;  // the id that made embedding_backward segfault
+  write_shard_claiming(dir + "/b.bin", tokens, 65536, 4000);
+  EXPECT_ERROR(Shard(dir + "/b.bin", 4000), "b.bin", "token id 65535", "byte offset 138");
+  tokens[37] = 3999;
+  write_shard_claiming(dir + "/c.bin", tokens, 4000, 4000);
+  EXPECT_EQ(Shard(dir + "/c.bin", 4000).at(37), 3999u);
+  fs::remove_all(dir);
+}
+
+TEST(BadInputCrash, ShardHeaderWithAHugeTokenCountIsRefused) {
+  const std::string dir = fresh_dir("huge");
+  make_directories(dir);
+  write_shard(dir + "/a.bin", {}, 0, 4000);  // 64 bytes: the header alone
+  std::string bytes = read_file(dir + "/a.bin");
+  ASSERT_EQ(bytes.size(), 64u);
+  const uint64_t n = uint64_t(1) << 63;  // × 2 bytes overflows to 0, which used to pass the size check
+  std::memcpy(&bytes[24], &n, 8);
+  write_file_atomically(dir + "/a.bin", bytes);
+  EXPECT_ERROR(Shard(dir + "/a.bin", 4000), "a.bin", "truncated or oversized shard", "9223372036854775808 tokens");
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------- checkpoint metadata
+
+// A trained run of `steps` steps (checkpoints every 2), returning its directory.
+std::string trained_run(const std::string& name, int64_t steps) {
+  TrainerOptions o{fresh_dir(name), false, true};
+  Trainer(small_config(steps), o).run();
+  return o.run_dir;
+}
+
+// Rewrites a checkpoint's metadata as `edit` says, keeping every tensor and a valid data CRC;
+// the metadata checksum is left as it was (so an edit shows as tampering).
+void rewrite_metadata(const std::string& path, const std::function<void(std::map<std::string, std::string>&)>& edit) {
+  const std::string copy = path + ".orig";
+  fs::copy_file(path, copy, fs::copy_options::overwrite_existing);
+  {
+    SafetensorsReader r(copy);
+    SafetensorsWriter w;
+    std::vector<std::pair<std::string, TensorInfo>> ordered(r.tensors().begin(), r.tensors().end());
+    std::sort(ordered.begin(), ordered.end(), [](auto& a, auto& b) { return a.second.data < b.second.data; });
+    for (const auto& [name, info] : ordered) w.add(name, info.dtype, info.shape, info.data);
+    auto meta = r.metadata();
+    meta.erase("crc32");
+    edit(meta);
+    for (const auto& [k, v] : meta) w.set_metadata(k, v);
+    w.set_crc_metadata("crc32");
+    w.write(path);
+  }
+  fs::remove(copy);
+}
+
+// The metadata of a version-1 checkpoint (no metadata checksum) with one field changed.
+std::function<void(std::map<std::string, std::string>&)> as_version1(const std::string& key, const std::string& value) {
+  return [key, value](std::map<std::string, std::string>& m) {
+    m["version"] = "1";
+    m.erase("metadata_crc32");
+    if (!key.empty()) m[key] = value;
+  };
+}
+
+TEST(BadInputCheckpoint, MetadataEditsAreCaughtByTheMetadataChecksum) {
+  const std::string run = trained_run("meta", 2);
+  const std::string path = checkpoint_path(run, 2);
+  const std::string pristine = read_file(path);
+  EXPECT_NO_THROW(Checkpoint{path});
+  struct Edit {
+    const char* key;
+    std::function<std::string(const std::string&)> change;
+  };
+  const std::vector<Edit> edits = {
+      {"next_sequence", [](const std::string&) { return std::string("5"); }},
+      {"step", [](const std::string&) { return std::string("3"); }},
+      {"config", [](const std::string& v) {  // layer_norm_eps 1e-6 -> 1e-5
+         auto j = nlohmann::json::parse(v);
+         j["model.layer_norm_eps"] = "1.0000000000000001e-05";
+         return j.dump();
+       }},
+      {"codes", [](const std::string&) { return std::string(R"([{"name":"Synthetic","token_id":2}])"); }},
+  };
+  for (const auto& e : edits) {
+    write_file_atomically(path, pristine);
+    rewrite_metadata(path, [&](std::map<std::string, std::string>& m) { m[e.key] = e.change(m.at(e.key)); });
+    EXPECT_ERROR(Checkpoint{path}, "step-00000002.ckpt", "metadata checksum mismatch");
+  }
+  fs::remove_all(run);
+}
+
+TEST(BadInputCheckpoint, Version1FilesAreReadAndTheirFieldsChecked) {
+  const std::string run = trained_run("v1", 2);
+  const std::string path = checkpoint_path(run, 2);
+  const std::string pristine = read_file(path);
+  rewrite_metadata(path, as_version1("", ""));
+  const Checkpoint ok(path);  // an older ctrl's file, otherwise valid
+  EXPECT_EQ(ok.contents().state.step, 2);
+  EXPECT_EQ(ok.optimizer_step(), 2);
+  struct Bad {
+    const char* key;
+    const char* value;
+    const char* expect;
+  };
+  for (const Bad& b : std::vector<Bad>{{"optimizer_step", "3u", "'optimizer_step' = '3u'"},
+                                       {"optimizer_step", "s5", "'optimizer_step' = 's5'"},
+                                       {"step", "-1", "'step' = '-1'"},
+                                       {"next_sequence", "1e3", "'next_sequence' = '1e3'"},
+                                       {"loss_scale", "nan", "'loss_scale' = 'nan'"},
+                                       {"codes", R"([{"name":"Synthetic","token_id":64}])", "token_id 64"},
+                                       {"codes", R"({"a":1})", "'codes'"}}) {
+    write_file_atomically(path, pristine);
+    rewrite_metadata(path, as_version1(b.key, b.value));
+    EXPECT_ERROR(Checkpoint{path}, "step-00000002.ckpt", b.expect);
+  }
+  // A config the validation refuses (layer_norm_eps = inf) is refused in a checkpoint too.
+  write_file_atomically(path, pristine);
+  rewrite_metadata(path, [](std::map<std::string, std::string>& m) {
+    as_version1("", "")(m);
+    auto j = nlohmann::json::parse(m.at("config"));
+    j["model.layer_norm_eps"] = "inf";
+    m["config"] = j.dump();
+  });
+  EXPECT_ERROR(Checkpoint{path}, "model.layer_norm_eps = inf", "expected a number in (0, 1]");
+  fs::remove_all(run);
+}
+
+TEST(BadInputCheckpoint, ResumeFallsBackPastAMalformedField) {
+  const std::string run = trained_run("s5", 4);
+  rewrite_metadata(checkpoint_path(run, 4), as_version1("optimizer_step", "s5"));  // was "ctrl train: stoll"
+  TrainerOptions o{run, true, true};
+  Trainer resumed(small_config(4), o);
+  EXPECT_EQ(resumed.state().step, 2);
+  fs::remove_all(run);
+}
+
+TEST(BadInputCheckpoint, ANewerFormatVersionIsRefusedNotSkippedAndOverwritten) {
+  const std::string run = trained_run("newer", 4);
+  const std::string newest = checkpoint_path(run, 4);
+  rewrite_metadata(newest, [](std::map<std::string, std::string>& m) { m["version"] = "3"; });
+  const std::string bytes = read_file(newest);
+  EXPECT_ERROR(Checkpoint{newest}, "step-00000004.ckpt", "format version 3 is newer than this ctrl reads");
+  EXPECT_THROW(Checkpoint{newest}, CheckpointTooNew);
+  TrainerOptions o{run, true, true};
+  EXPECT_ERROR(Trainer(small_config(6), o), "format version 3 is newer");
+  EXPECT_EQ(read_file(newest), bytes);  // left as it was
+  fs::remove_all(run);
+}
+
+// ---------------------------------------------------------------- manifest, tokenizer, checkpoint
+
+class BadInputCorpus : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fresh_dir("corpus");
+    make_directories(root_ + "/text");
+    for (int i = 0; i < 40; ++i) {
+      std::ofstream f(root_ + "/text/" + std::to_string(i) + ".txt");
+      for (int k = 0; k < 8; ++k)
+        f << "文書" << i << "の" << k << "行目です。The quick brown fox " << (i * 7 + k) % 13 << " jumps.\n";
+    }
+    PrepareOptions o;
+    o.out_dir = root_ + "/prepared";
+    o.vocab_size = 500;
+    o.valid_fraction = 0.2;
+    o.threads = 2;
+    o.quiet = true;
+    std::vector<PrepareInput> in;
+    for (const char* code : {"Alpha", "Beta"}) {
+      const SourceSpec spec{code, root_ + "/text"};
+      in.push_back({code, spec.path, [spec](const DocumentSink& sink) { return read_source(spec, {}, sink); }});
+    }
+    // Two codes over the same files: Beta's documents are all duplicates, so give Beta its own text.
+    in.pop_back();
+    make_directories(root_ + "/beta");
+    for (int i = 0; i < 10; ++i)
+      std::ofstream(root_ + "/beta/" + std::to_string(i) + ".txt") << "ベータ" << i << "番目の文書です。Lorem ipsum " << i;
+    const SourceSpec beta{"Beta", root_ + "/beta"};
+    in.push_back({"Beta", beta.path, [beta](const DocumentSink& sink) { return read_source(beta, {}, sink); }});
+    prepare_corpus(in, o);
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  // A copy of the prepared corpus with its manifest JSON edited.
+  std::string edited(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+    const std::string dir = root_ + "/" + name;
+    fs::remove_all(dir);
+    fs::copy(root_ + "/prepared", dir);
+    auto j = nlohmann::json::parse(read_file(dir + "/manifest.json"));
+    edit(j);
+    write_file_atomically(dir + "/manifest.json", j.dump(2));
+    return dir;
+  }
+  static std::string root_;
+};
+std::string BadInputCorpus::root_;
+
+TEST_F(BadInputCorpus, TheUneditedCorpusOpens) {
+  const Dataset d = Dataset::open(root_ + "/prepared");
+  EXPECT_EQ(d.n_codes(), 2u);
+}
+
+TEST_F(BadInputCorpus, AnEditedCodeTokenIdIsRefused) {
+  const std::string dir = edited("tokenid", [](nlohmann::json& j) { j["codes"][0]["token_id"] = 7; });
+  EXPECT_ERROR(Dataset::open(dir), "manifest.json", "control code 'Alpha' has token_id 7 but the tokenizer gives it");
+}
+
+TEST_F(BadInputCorpus, ARenamedCodeIsRefused) {
+  const std::string dir = edited("renamed", [](nlohmann::json& j) { j["codes"][0]["name"] = "Gamma"; });
+  EXPECT_ERROR(Dataset::open(dir), "manifest.json", "control code 'Gamma' is not a piece of the tokenizer");
+}
+
+TEST_F(BadInputCorpus, EosAndVocabularyMustBeTheTokenizers) {
+  EXPECT_ERROR(Dataset::open(edited("eos", [](nlohmann::json& j) { j["eos_id"] = 1; })), "manifest.json",
+               "eos_id 1 but the tokenizer's end-of-document id is");
+  EXPECT_ERROR(Dataset::open(edited("eos_code", [](nlohmann::json& j) { j["eos_id"] = j["codes"][1]["token_id"]; })),
+               "manifest.json", "is the eos id");
+}
+
+TEST_F(BadInputCorpus, DocumentCountsAndSplitFieldsAreChecked) {
+  EXPECT_ERROR(Dataset::open(edited("docs", [](nlohmann::json& j) {
+                 j["codes"][0]["documents"]["train"] = j["codes"][0]["documents"]["train"].get<int>() + 1;
+               })),
+               "manifest.json", "code 'Alpha' documents.train", "train shards hold");
+  EXPECT_ERROR(Dataset::open(edited("split", [](nlohmann::json& j) { j["split"]["valid_fraction"] = 1.5; })),
+               "manifest.json", "split.valid_fraction", "expected a fraction in [0, 1)");
+  EXPECT_ERROR(Dataset::open(edited("novalid", [](nlohmann::json& j) { j["codes"][0]["documents"]["valid"] = 0; })),
+               "manifest.json", "documents.valid 0 but 1 valid shards");
+  EXPECT_ERROR(Dataset::open(edited("escape", [](nlohmann::json& j) { j["codes"][0]["shards"]["train"][0] = "../x"; })),
+               "manifest.json", "shard '../x': expected a file name");
+}
+
+TEST_F(BadInputCorpus, ACheckpointAndACorpusMustAgree) {
+  const Dataset d = Dataset::open(root_ + "/prepared");
+  CheckpointContents c;
+  c.config = small_config(1);
+  c.config.model.vocab_size = int64_t(d.manifest().vocab_size);
+  c.codes = {{"Alpha", d.code(0).token_id}};
+  c.tokenizer = read_file(d.tokenizer_path());
+  EXPECT_NO_THROW(check_corpus_matches(c, d, "eval"));
+  c.codes = {{"Alpha", d.code(0).token_id + 1}};
+  EXPECT_ERROR(check_corpus_matches(c, d, "eval"), "control code 'Alpha' is token");
+  c.codes = {{"Alpha", d.code(0).token_id}};
+  c.tokenizer[c.tokenizer.size() / 2] ^= 1;
+  EXPECT_ERROR(check_corpus_matches(c, d, "eval"), "another tokenizer than the model's");
+  c.tokenizer.clear();
+  c.config.model.vocab_size = 100;
+  EXPECT_ERROR(check_corpus_matches(c, d, "eval"), "larger than the model's 100");
+}
+
+// ---------------------------------------------------------------- config values and flags
+
+TEST(BadInputConfig, EveryValueIsCheckedWithItsRangeInTheMessage) {
+  struct Case {
+    const char* set;
+    const char* expect;
+  };
+  for (const Case& k : std::vector<Case>{{"train.lr=inf", "train.lr = inf: expected a number in (0, 100]"},
+                                         {"train.lr=nan", "train.lr = nan"},
+                                         {"train.beta1=5", "train.beta1 = 5: expected a number in [0, 1)"},
+                                         {"train.eps=-1", "train.eps = -1: expected a number in (0, 1]"},
+                                         {"train.weight_decay=-100", "train.weight_decay = -100: expected a number in [0, 10]"},
+                                         {"model.layer_norm_eps=inf", "model.layer_norm_eps = inf: expected a number in (0, 1]"},
+                                         {"train.eval_batches=0", "train.eval_batches = 0"},
+                                         {"train.seed=-1", "train.seed = 18446744073709551615: expected an integer in [0, 2^63-1]"},
+                                         {"model.n_ctx=1", "model.n_ctx = 1: expected an integer in [2, "},
+                                         {"train.loss_scale=0", "train.loss_scale = 0"}}) {
+    Config c = small_config(1);
+    apply_override(c, k.set);
+    EXPECT_ERROR(validate(c), k.expect);
+  }
+  Config ok = small_config(1);
+  EXPECT_NO_THROW(validate(ok));
+  for (const auto& p : preset_names()) EXPECT_NO_THROW(validate(load_config(p))) << p;
+}
+
+TEST(BadInputConfig, TomlTypesMustBeTheFields) {
+  const std::string dir = fresh_dir("toml");
+  make_directories(dir);
+  std::ofstream(dir + "/bool.toml") << "[train]\nlr = true\n";
+  EXPECT_ERROR(load_config(dir + "/bool.toml"), "bool.toml:2: train.lr: expected a number, got a TOML boolean");
+  std::ofstream(dir + "/str.toml") << "[model]\nn_layer = \"4\"\n";
+  EXPECT_ERROR(load_config(dir + "/str.toml"), "model.n_layer: expected an integer, got a TOML string");
+  std::ofstream(dir + "/real.toml") << "[model]\nn_layer = 4.5\n";
+  EXPECT_ERROR(load_config(dir + "/real.toml"), "model.n_layer: expected an integer");
+  std::ofstream(dir + "/name.toml") << "[train]\noptimizer = 3\n";
+  EXPECT_ERROR(load_config(dir + "/name.toml"), "train.optimizer: expected a string");
+  std::ofstream(dir + "/good.toml") << "[train]\nlr = 1\nbeta1 = 0.8\n";
+  EXPECT_EQ(load_config(dir + "/good.toml").train.lr, 1.0);
+  EXPECT_ERROR(load_config(dir), "not a regular file");  // a directory as --config
+  fs::remove_all(dir);
+}
+
+TEST(BadInputFlags, StrayArgumentsAndOutOfRangeFlagsAreRefused) {
+  std::string out;
+  EXPECT_EQ(ctrl_cli("generate --model none.ckpt --control A --temperature 1 extra", &out), 1);
+  EXPECT_NE(out.find("ctrl generate: unexpected argument 'extra'"), std::string::npos) << out;
+  for (const char* v : {"nan", "inf", "-0.5", "1.5"}) {
+    EXPECT_EQ(ctrl_cli(std::string("generate --model none.ckpt --control A --top-p ") + v, &out), 1) << v;
+    EXPECT_NE(out.find(std::string("--top-p ") + v + ": expected a number in (0, 1]"), std::string::npos) << out;
+  }
+  EXPECT_EQ(ctrl_cli("eval --model none.ckpt --data none --batch 99999999999999999999", &out), 1);
+  EXPECT_NE(out.find("--batch 99999999999999999999: expected an integer in [1, 1048576]"), std::string::npos) << out;
+  EXPECT_EQ(ctrl_cli("train --config tiny --out none --zero 2", &out), 1);
+  EXPECT_NE(out.find("--zero 2: expected an integer in [0, 1]"), std::string::npos) << out;
+}
+
+TEST(BadInputFlags, TheCliRefusesNanSamplingAndWrappingIds) {
+  std::string out;
+  for (const char* flag : {"--temperature nan", "--penalty nan", "--top-p nan"}) {
+    EXPECT_EQ(ctrl_cli(std::string("generate --model none.ckpt --control A ") + flag, &out), 1) << flag;
+    EXPECT_NE(out.find("expected a number in"), std::string::npos) << out;
+  }
+  EXPECT_EQ(ctrl_cli("import hf --in none --out x.ckpt --control Foo=4294967297", &out), 1);
+  EXPECT_NE(out.find("--control Foo=4294967297: expected NAME=TOKEN_ID with TOKEN_ID in [0, 2147483647]"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(ctrl_cli("train --config tiny --out x extra", &out), 1);
+  EXPECT_NE(out.find("unexpected argument 'extra'"), std::string::npos) << out;
+  EXPECT_EQ(ctrl_cli("train --config / --out x", &out), 1);
+  EXPECT_NE(out.find("/: not a regular file"), std::string::npos) << out;
+}
+
+// ---------------------------------------------------------------- memory check
+
+TEST(BadInputMemory, TheEstimateIsTheLayoutsOwnFigure) {
+  for (const char* variant : {"", "model.sharing=all", "model.recompute=layers", "model.recompute=cheap",
+                              "model.embedding_dim=16", "train.precision=bf16", "train.optimizer=adagrad"}) {
+    Config c = small_config(1);
+    if (*variant) apply_override(c, variant);
+    c.model.n_layer = 100;
+    for (int zero : {1, 3}) {
+      const plan::Memory exact = plan::memory_for(c, 3, zero, 7), guess = plan::memory_estimate(c, 3, zero, 7);
+      EXPECT_EQ(guess.total(), exact.total()) << variant << " zero " << zero;
+    }
+  }
+}
+
+TEST(BadInputMemory, ARunThatCannotFitIsRefusedWithTheLargestMicroBatch) {
+  Config c = small_config(1);
+  c.train.micro_batch = 64;
+  const uint64_t at8 = plan::memory_estimate(c, 8, 1, plan::kCpuRuntimeOverheadBytes).total();
+  const uint64_t at9 = plan::memory_estimate(c, 9, 1, plan::kCpuRuntimeOverheadBytes).total();
+  ASSERT_LT(at8, at9);
+  EXPECT_ERROR(plan::check_memory(c, 64, 1, at8), "at micro-batch 64", "largest micro-batch that fits is 8");
+  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, at8));
+  EXPECT_ERROR(plan::check_memory(c, 1, 1, 1 << 20), "not even micro-batch 1 fits");
+  EXPECT_GT(plan::available_memory_bytes(), 0u);
+}
+
+TEST(BadInputMemory, AMillionLayersIsRefusedUpFront) {
+  std::string out;
+  const std::string dir = fresh_dir("million");
+  // Was: allocation until "out of memory" at 3.2 GB RSS.
+  EXPECT_EQ(ctrl_cli("train --config tiny --set model.n_layer=1000000 --out " + dir + " --quiet", &out), 1);
+  EXPECT_NE(out.find("of memory at micro-batch 16"), std::string::npos) << out;
+  EXPECT_NE(out.find("not even micro-batch 1 fits"), std::string::npos) << out;
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------- prepare: binary files, long lines
+
+TEST(BadInputPrepare, BinaryContentIsDetected) {
+  EXPECT_EQ(binary_reason("普通の日本語の文章です。\nplain English text\twith a tab.\n"), "");
+  EXPECT_EQ(binary_reason(std::string("ELF\0\0\1", 6)), "NUL bytes");
+  std::string controls;
+  for (int i = 0; i < 200; ++i) controls += i % 5 ? "ア" : "\x01";
+  EXPECT_NE(binary_reason(controls), "");
+  std::string replacement;
+  for (int i = 0; i < 200; ++i) replacement += i % 4 ? "x" : "\xEF\xBF\xBD";
+  EXPECT_NE(binary_reason(replacement), "");
+}
+
+TEST(BadInputPrepare, ABinaryFileInATextDirectoryIsSkippedAndCounted) {
+  const std::string dir = fresh_dir("binary");
+  make_directories(dir + "/text");
+  for (int i = 0; i < 12; ++i)
+    std::ofstream(dir + "/text/" + std::to_string(i) + ".txt")
+        << "これは" << i << "番目の文書です。The text number " << i << " is plain.\n";
+  fs::copy_file("/bin/ls", dir + "/text/ls.txt");
+  PrepareOptions o;
+  o.out_dir = dir + "/out";
+  o.vocab_size = 400;
+  o.threads = 2;
+  o.quiet = true;
+  const SourceSpec spec{"Text", dir + "/text"};
+  const PrepareSummary s =
+      prepare_corpus({{"Text", spec.path, [spec](const DocumentSink& k) { return read_source(spec, {}, k); }}}, o);
+  EXPECT_EQ(s.sources[0].clean.dropped.at("binary"), 1u);
+  EXPECT_EQ(s.sources[0].clean.documents_kept, 12u);
+  EXPECT_EQ(s.codes[0].documents_train + s.codes[0].documents_valid, 12u);
+  fs::remove_all(dir);
+}
+
+TEST(BadInputPrepare, LongTextIsSplitAtLinesThenSentencesThenCharacters) {
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text += "日本語の文です。";  // 24 bytes each, no newline
+  const auto pieces = split_for_encoding(text, 1000);
+  std::string joined;
+  for (auto p : pieces) {
+    EXPECT_LE(p.size(), 1000u);
+    EXPECT_EQ(p.substr(p.size() - 3), "。");  // cut after a sentence end
+    joined += p;
+  }
+  EXPECT_EQ(joined, text);
+  std::string kana;
+  for (int i = 0; i < 1000; ++i) kana += "あ";  // no sentence end: character boundaries
+  const auto kana_pieces = split_for_encoding(kana, 100);
+  for (size_t i = 0; i + 1 < kana_pieces.size(); ++i) EXPECT_EQ(kana_pieces[i].size(), 99u);
+  EXPECT_EQ(kana_pieces.size(), 31u);
+  std::string lines = std::string(600, 'a') + "\n" + std::string(600, 'b');
+  EXPECT_EQ(split_for_encoding(lines, 1000)[0], std::string(600, 'a') + "\n");
+}
+
+TEST(BadInputPrepare, ALongLineIsEncodedWholeAndTrainedOnWhole) {
+  // One line of about 300 KB: encoded in pieces it still decodes to itself, and the
+  // tokenizer trainer sees all of it (it used to get the first 16 KB only).
+  std::string line;
+  for (int i = 0; i < 12000; ++i) line += "第" + std::to_string(i) + "の文です。ABC def " + std::to_string(i % 17) + ". ";
+  ASSERT_GT(line.size(), 5 * kEncodeChunkBytes);
+  const std::string dir = fresh_dir("longline");
+  make_directories(dir);
+  VectorSentenceSource sentences({line, "短い行です。"});
+  TokenizerTrainOptions t;
+  t.vocab_size = 400;
+  t.threads = 2;
+  TokenizerTrainStats stats;
+  train_tokenizer(sentences, t, dir + "/t.model", &stats);
+  EXPECT_EQ(stats.long_lines, 1u);
+  EXPECT_GE(stats.long_line_pieces, line.size() / kMaxSentenceBytes);
+  EXPECT_EQ(stats.sentences, stats.long_line_pieces + 1);
+  const Tokenizer tok = Tokenizer::load(dir + "/t.model");
+  const auto ids = tok.encode_clean(line);
+  EXPECT_EQ(tok.decode(ids), line);
+  fs::remove_all(dir);
+}
+
+}  // namespace
