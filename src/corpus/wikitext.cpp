@@ -716,7 +716,9 @@ std::string clean_inline(std::string_view line) {
 // holding nothing else ("（ ）", "( )", "「」", "『』"), a comma next to a bracket ("（、x" -> "（x", "x、）" -> "x）")
 // or to another comma, and blank space before 。、）) or at either end of the line. Then the marks go.
 // With tidy false only the marks go.
-std::string tidy_holes(std::string_view s, bool tidy) {
+std::string tidy_holes(std::string&& line, bool tidy) {
+  if (line.find(kHole) == std::string::npos) return std::move(line);
+  const std::string_view s = line;
   static constexpr std::string_view kOpen[] = {"（", "(", "「", "『"}, kClose[] = {"）", ")", "」", "』"},
                                     kComma[] = {"、", ","}, kStop[] = {"。", "、", "）", ")"};
   auto match = [&](const std::string_view* set, size_t n, size_t i) -> size_t {
@@ -726,10 +728,26 @@ std::string tidy_holes(std::string_view s, bool tidy) {
   };
   std::string r;
   r.reserve(s.size());
-  if (s.find(kHole) == std::string_view::npos) return std::string(s);
+  // Where one of the strings above (or a blank) may start: '(', ')', ',', ' ', '\t', U+3000-303F
+  // (、。「」『』 and U+3000), U+FF08/U+FF09 (（）), U+E002 (the mark), U+00A0. Runs of other bytes are copied.
+  auto may_start = [&](size_t i) {
+    const unsigned char c = s[i], d = i + 1 < s.size() ? s[i + 1] : 0;
+    return c == '(' || c == ')' || c == ',' || c == ' ' || c == '\t' || (c == 0xE3 && d == 0x80) ||
+           (c == 0xEF && d == 0xBC) || (c == 0xEE && d == 0x80) || (c == 0xC2 && d == 0xA0);
+  };
   size_t i = 0;
   while (i < s.size()) {
     bool holes = false;
+    if (!may_start(i)) {
+      size_t j = i + 1;
+      while (j < s.size() && static_cast<unsigned char>(s[j]) >= 0x80 && s[j] != '\xE3' && s[j] != '\xEF' &&
+             s[j] != '\xEE' && s[j] != '\xC2')
+        ++j;  // the common case, Japanese text: skip lead and continuation bytes that start nothing
+      while (j < s.size() && !may_start(j)) ++j;
+      r.append(s, i, j - i);
+      i = j;
+      continue;
+    }
     if (!tidy) {
       if (s.compare(i, kHole.size(), kHole) == 0) i += kHole.size();
       else r.push_back(s[i++]);
