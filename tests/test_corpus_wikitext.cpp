@@ -25,14 +25,16 @@ TEST(CorpusWikitext, LinksTemplatesAndQuotes) {
 TEST(CorpusWikitext, TagsCommentsEntities) {
   EXPECT_EQ(wikitext_to_text("文<ref name=\"a\">出典 [[x]]</ref>章<ref name=\"a\" />。"), "文章。");
   EXPECT_EQ(wikitext_to_text("<b>太字</b>と<span style=\"x\">範囲</span><!-- 注釈 -->"), "太字と範囲");
-  EXPECT_EQ(wikitext_to_text("式<math>x^2</math>と<gallery>\nA.jpg|a\n</gallery>図"), "式と図");
+  // <math> keeps its TeX inline (no hole in the sentence); <gallery> goes with its content.
+  EXPECT_EQ(wikitext_to_text("式<math>x^2</math>と<gallery>\nA.jpg|a\n</gallery>図"), "式x^2と図");
   EXPECT_EQ(wikitext_to_text("a &amp; b &lt;c&gt; &#12354;&#x3042;&nbsp;!"), "a & b <c> ああ\u00a0!");
   EXPECT_EQ(wikitext_to_text("1 < 2 かつ 3 > 2"), "1 < 2 かつ 3 > 2");
   EXPECT_EQ(wikitext_to_text("行<br />改行"), "行\n改行");
 }
 
 TEST(CorpusWikitext, TablesHeadingsListsAndTrailingSections) {
-  EXPECT_EQ(wikitext_to_text("前\n{| class=\"wikitable\"\n|-\n| a || b\n|}\n後"), "前\n\n後");
+  EXPECT_EQ(wikitext_to_text("前\n{| class=\"wikitable\"\n|-\n| a || b\n|}\n後"), "前\n\na | b\n\n後");  // a simple table: rows
+  EXPECT_EQ(wikitext_to_text("前\n{| class=\"wikitable\"\n|-\n| rowspan=2 | a || b\n|}\n後"), "前\n\n後");
   EXPECT_EQ(wikitext_to_text("導入\n== 歴史 ==\n本文\n=== 近代 ===\n* 項目1\n# 項目2\n: 字下げ\n; 用語"),
             "導入\n歴史\n本文\n近代\n項目1\n項目2\n字下げ\n用語");
   EXPECT_EQ(wikitext_to_text("本文\n== 脚注 ==\n{{Reflist}}\n== 外部リンク ==\n* [http://x.jp X]"), "本文");

@@ -6,6 +6,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
@@ -37,8 +38,11 @@ class Converter {
     return true;
   }
 
-  // Converts byte by byte where needed: sequences that do not decode are dropped and counted.
-  void convert_lossy(std::string_view in, std::string& out, uint64_t* bad) {
+  // Converts character by character where needed: bytes that do not decode are dropped and counted in
+  // *bad, and the offset in `in` of the first one is stored in *first_bad (if not already set).
+  // 0x7F (DEL) is never text: a lead byte before it is invalid too (glibc's CP932 decodes 0x81 0x7F
+  // as a lone DEL, which would hide both).
+  void convert_lossy(std::string_view in, std::string& out, uint64_t* bad, std::optional<size_t>* first_bad) {
     out.clear();
     std::string piece;
     size_t i = 0;
@@ -46,12 +50,14 @@ class Converter {
       // Try a 2-byte then a 1-byte character.
       size_t len = 0;
       for (size_t try_len : {size_t(2), size_t(1)}) {
-        if (i + try_len <= in.size() && convert(in.substr(i, try_len), piece) && !piece.empty()) {
+        if (i + try_len > in.size() || in[i + try_len - 1] == '\x7F') continue;
+        if (convert(in.substr(i, try_len), piece) && !piece.empty()) {
           len = try_len;
           break;
         }
       }
       if (len == 0) {
+        if (!*first_bad) *first_bad = i;
         ++*bad;
         ++i;
       } else {
@@ -299,8 +305,9 @@ std::string jisx0213_to_utf8(int plane, int row, int cell) {
   return out;
 }
 
-std::string aozora_decode_bytes(std::string_view raw, uint64_t* bad_bytes) {
+std::string aozora_decode_bytes(std::string_view raw, uint64_t* bad_bytes, uint64_t* first_bad_offset) {
   *bad_bytes = 0;
+  const char* const file_start = raw.data();
   if (starts_with(raw, "\xEF\xBB\xBF")) raw.remove_prefix(3);
   std::string out;
   if (is_valid_utf8(raw)) {
@@ -312,14 +319,21 @@ std::string aozora_decode_bytes(std::string_view raw, uint64_t* bad_bytes) {
   thread_local Converter cp932("CP932");
   std::string piece;
   out.reserve(raw.size() * 3 / 2);
+  std::optional<size_t> first_bad;
   for (std::string_view line : split_lines(raw)) {
-    if (sjis.convert(line, piece) || cp932.convert(line, piece)) out += piece;
-    else {
-      cp932.convert_lossy(line, piece, bad_bytes);
+    // A line with a DEL byte is never taken whole (see convert_lossy).
+    const bool del = line.find('\x7F') != std::string_view::npos;
+    if (!del && (sjis.convert(line, piece) || cp932.convert(line, piece))) {
+      out += piece;
+    } else {
+      std::optional<size_t> bad_in_line;
+      cp932.convert_lossy(line, piece, bad_bytes, &bad_in_line);
+      if (bad_in_line && !first_bad) first_bad = static_cast<size_t>(line.data() - file_start) + *bad_in_line;
       out += piece;
     }
     out += '\n';
   }
+  if (first_bad_offset && first_bad) *first_bad_offset = *first_bad;
   return out;
 }
 
@@ -372,10 +386,11 @@ AozoraText aozora_to_text(std::string_view utf8) {
 
 void read_aozora_bytes(std::string_view raw, const std::string& file, ReadContext& context) {
   context.stats.bytes_in += raw.size();
-  uint64_t bad = 0;
-  const std::string utf8 = aozora_decode_bytes(raw, &bad);
+  uint64_t bad = 0, first_bad = 0;
+  const std::string utf8 = aozora_decode_bytes(raw, &bad, &first_bad);
   if (bad > 0)
-    context.warnings.warn(file, 0, std::to_string(bad) + " byte(s) neither Shift_JIS X 0213 nor CP932 nor UTF-8; dropped");
+    context.warnings.warn(file, first_bad,
+                          std::to_string(bad) + " byte(s) neither Shift_JIS X 0213 nor CP932 nor UTF-8 dropped, the first here");
   AozoraText t = aozora_to_text(utf8);
   if (t.gaiji_unresolved > 0) context.stats.dropped["gaiji_unresolved"] += t.gaiji_unresolved;
   if (t.text.empty()) {

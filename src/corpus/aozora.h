@@ -10,8 +10,10 @@
 
 namespace ctrl {
 
-// Raw file bytes -> UTF-8 with '\n' line ends. Undecodable bytes are dropped and counted in *bad_bytes.
-std::string aozora_decode_bytes(std::string_view raw, uint64_t* bad_bytes);
+// Raw file bytes -> UTF-8 with '\n' line ends. Undecodable bytes (and DEL, 0x7F, with a lead byte
+// before it) are dropped and counted in *bad_bytes; the file offset of the first one goes to
+// *first_bad_offset when given (unchanged when there is none).
+std::string aozora_decode_bytes(std::string_view raw, uint64_t* bad_bytes, uint64_t* first_bad_offset = nullptr);
 
 struct AozoraText {
   std::string title, author;  // the first two header lines (author may be empty)

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "corpus/html_entities.h"
 
 namespace ctrl {
 
@@ -269,24 +270,13 @@ void append_utf8(std::string& out, uint32_t cp) {
   }
 }
 
-struct NamedEntity {
-  std::string_view name;
-  uint32_t cp;
-};
-constexpr NamedEntity kEntities[] = {
-    {"amp", '&'},     {"lt", '<'},      {"gt", '>'},      {"quot", '"'},     {"apos", '\''},
-    {"nbsp", 0xA0},   {"ndash", 0x2013}, {"mdash", 0x2014}, {"hellip", 0x2026}, {"times", 0xD7},
-    {"divide", 0xF7}, {"minus", 0x2212}, {"laquo", 0xAB},   {"raquo", 0xBB},    {"lsquo", 0x2018},
-    {"rsquo", 0x2019}, {"ldquo", 0x201C}, {"rdquo", 0x201D}, {"middot", 0xB7},   {"deg", 0xB0},
-    {"copy", 0xA9},   {"reg", 0xAE},    {"thinsp", 0x2009}, {"ensp", 0x2002},   {"emsp", 0x2003},
-    {"zwj", 0x200D},  {"zwnj", 0x200C}, {"shy", 0xAD},     {"plusmn", 0xB1},   {"larr", 0x2190},
-    {"rarr", 0x2192}, {"uarr", 0x2191}, {"darr", 0x2193},  {"prime", 0x2032},  {"Prime", 0x2033},
-    {"sup2", 0xB2},   {"sup3", 0xB3},   {"frac12", 0xBD},  {"micro", 0xB5},    {"sect", 0xA7},
-    {"bull", 0x2022}, {"euro", 0x20AC}, {"yen", 0xA5},     {"pound", 0xA3},    {"cent", 0xA2},
-    {"alpha", 0x3B1}, {"beta", 0x3B2},  {"gamma", 0x3B3},  {"delta", 0x3B4},   {"pi", 0x3C0},
-    {"mu", 0x3BC},    {"lambda", 0x3BB}, {"sigma", 0x3C3}, {"omega", 0x3C9},   {"eacute", 0xE9},
-    {"egrave", 0xE8}, {"aacute", 0xE1}, {"uuml", 0xFC},    {"ouml", 0xF6},     {"auml", 0xE4},
-};
+// The replacement text of a named entity (name without '&' and ';'), or nullptr if HTML5 has none.
+const std::string_view* find_entity(std::string_view name) {
+  const auto* begin = std::begin(html5::kEntities);
+  const auto* end = std::end(html5::kEntities);
+  const auto* it = std::lower_bound(begin, end, name, [](const html5::Entity& e, std::string_view n) { return e.name < n; });
+  return it != end && it->name == name ? &it->utf8 : nullptr;
+}
 
 }  // namespace
 
@@ -302,8 +292,9 @@ std::string decode_html_entities(std::string_view s) {
     }
     out.append(s.substr(i, amp - i));
     i = amp;
-    const size_t semi = s.find(';', amp + 1);
-    if (semi == std::string_view::npos || semi - amp > 12) {  // entities are short: bounded look-ahead
+    // Entities are short: a bounded look-ahead for the ';' (the longest name, or "#x" and 8 digits).
+    const size_t semi = s.substr(0, std::min(s.size(), amp + html5::kLongestName + 2)).find(';', amp + 1);
+    if (semi == std::string_view::npos) {
       out.push_back('&');
       ++i;
       continue;
@@ -328,12 +319,9 @@ std::string decode_html_entities(std::string_view s) {
         done = true;
       }
     } else {
-      for (const auto& e : kEntities) {
-        if (e.name == name) {
-          append_utf8(out, e.cp);
-          done = true;
-          break;
-        }
+      if (const std::string_view* text = find_entity(name)) {
+        out.append(*text);
+        done = true;
       }
     }
     if (done) {

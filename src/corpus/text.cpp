@@ -50,6 +50,15 @@ void read_json_lines(ByteStream& stream, const std::string& file, ReadContext& c
   std::string line;
   while (lines.next(line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    // Invalid UTF-8 is its own problem, not a JSON one: the bad bytes are dropped (and warned about at
+    // their offset), the rest of the line is read as usual.
+    uint64_t invalid_bytes = 0, first_invalid = 0;
+    std::string valid = sanitize_utf8(line, &invalid_bytes, &first_invalid);
+    if (invalid_bytes > 0) {
+      context.warnings.warn(file, lines.line_offset() + first_invalid,
+                            std::to_string(invalid_bytes) + " invalid UTF-8 byte(s) dropped from this line (expected UTF-8 JSON)");
+      line = std::move(valid);
+    }
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) {
       context.warnings.warn(file, lines.line_offset(), "line is not a JSON object; skipped");

@@ -12,7 +12,9 @@ namespace ctrl {
 // Empty or whitespace-only -> dropped["empty"].
 void read_plain_text(std::string_view bytes, const std::string& file, ReadContext& context);
 
-// One document per line; bad JSON or a missing/non-string "text" is a warning naming file:offset.
+// One document per line; bad JSON or a missing/non-string "text" is a warning naming file:offset and
+// the line is skipped. Invalid UTF-8 bytes are dropped with a warning at the first one's offset, and
+// the rest of the line is read.
 void read_json_lines(ByteStream& stream, const std::string& file, ReadContext& context);
 
 }  // namespace ctrl

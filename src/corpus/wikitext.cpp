@@ -1,8 +1,12 @@
 // Wikitext to plain text in four linear passes:
-//   1. comments and tags (<ref>, <math>, … dropped with content; inline tags unwrapped),
-//   2. brackets: templates {{…}}, tables {|…|} and links [[…]] matched with one stack,
-//   3. lines: headings, list markers, table remnants, quotes, external links, magic words,
-//   4. entities and blank-line collapsing.
+//   1. comments and tags (<ref>, <gallery>, … dropped with content; inline tags unwrapped; the content
+//      of <math>, <syntaxhighlight>, <nowiki> … set aside behind a placeholder, so no later pass
+//      reads it as markup),
+//   2. brackets: templates {{…}}, tables {|…|} and links [[…]] matched with one stack; layout and
+//      content templates give their text, simple tables their rows,
+//   3. lines: headings, list markers, table remnants, quotes, external links, magic words, entities,
+//      empty brackets and blank-line collapsing,
+//   4. the placeholders replaced by what was set aside.
 // Every scan moves forward only; unmatched openers stay as text (their content is kept),
 // so an unclosed bracket can neither hang nor swallow the page.
 #include "corpus/wikitext.h"
@@ -39,28 +43,65 @@ bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.
 // ---------------------------------------------------------------- pass 1: comments and tags
 
 // Tags whose content is not prose: dropped together with their content.
-constexpr std::array<std::string_view, 26> kDropContentTags = {
-    "ref",     "math",        "gallery",   "syntaxhighlight", "source",  "timeline", "score",
-    "graph",   "mapframe",    "maplink",   "templatedata",    "imagemap", "chem",    "ce",
-    "hiero",   "references",  "inputbox",  "categorytree",    "includeonly", "table", "rt",
-    "rp",      "templatestyles", "indicator", "charinsert", "style"};
+constexpr std::array<std::string_view, 21> kDropContentTags = {
+    "ref",        "gallery",  "timeline",     "score",      "graph",          "mapframe",  "maplink",
+    "templatedata", "imagemap", "hiero",      "references", "inputbox",       "categorytree", "includeonly",
+    "table",      "rt",       "rp",           "templatestyles", "indicator",  "charinsert", "style"};
+// Tags whose content is set aside untouched and put back at the end (pass 4).
+constexpr std::array<std::string_view, 3> kTexTags = {"math", "chem", "ce"};               // inline TeX
+constexpr std::array<std::string_view, 3> kCodeTags = {"syntaxhighlight", "source", "pre"};  // code lines
 // Tags that are removed while their content is kept.
-constexpr std::array<std::string_view, 48> kUnwrapTags = {
+constexpr std::array<std::string_view, 47> kUnwrapTags = {
     "b",    "i",     "u",     "s",      "strike", "del",  "ins",  "span",    "div",     "small",
     "big",  "sub",   "sup",   "font",   "center", "code", "tt",   "var",     "kbd",     "em",
-    "strong", "cite", "blockquote", "p", "abbr", "poem", "nowiki", "pre",   "q",       "ruby",
-    "rb",   "mark",  "dfn",   "bdi",    "bdo",    "onlyinclude", "noinclude", "section", "li", "ul",
-    "ol",   "dl",    "dt",    "dd",     "time",   "data", "wbr",  "hr"};
+    "strong", "cite", "blockquote", "p", "abbr", "poem", "q",    "ruby",    "rb",      "mark",
+    "dfn",  "bdi",   "bdo",   "onlyinclude", "noinclude", "section", "li", "ul",  "ol",      "dl",
+    "dt",   "dd",    "time",  "data",   "wbr",    "hr",  "samp"};
 
 template <size_t N>
 bool in(const std::array<std::string_view, N>& set, std::string_view s) {
   return std::find(set.begin(), set.end(), s) != set.end();
 }
 
-std::string strip_tags(std::string_view s) {
+// Content set aside in pass 1, put back in pass 4 where its placeholder survived.
+enum class Aside { kTex, kCode, kLiteral };
+struct SetAside {
+  Aside kind;
+  std::string_view text;
+};
+// Placeholder: U+E000, the decimal index, U+E001 (private-use characters, removed from the input first).
+constexpr std::string_view kAsideOpen = "\xEE\x80\x80", kAsideClose = "\xEE\x80\x81";
+// Where passes 1 and 2 removed markup that gave no text (a <ref>, a comment, a template, a table), they
+// leave U+E002; pass 3 removes the brackets, commas and blank space around it that the markup left
+// without content ("（{{lang|x|}}）"), and then the mark itself. Brackets without a mark are text: "（,）".
+constexpr std::string_view kHole = "\xEE\x80\x82";
+
+// Length of the blank space (ASCII space or tab, U+3000, U+00A0) at s[i], or 0.
+size_t blank_at(std::string_view s, size_t i) {
+  if (i < s.size() && (s[i] == ' ' || s[i] == '\t')) return 1;
+  if (s.compare(i, 3, "\xE3\x80\x80") == 0) return 3;
+  if (s.compare(i, 2, "\xC2\xA0") == 0) return 2;
+  return 0;
+}
+
+// Skips blank space and hole marks from i; *holes tells whether a mark was among them.
+size_t skip_blanks(std::string_view s, size_t i, bool* holes) {
+  for (;;) {
+    if (s.compare(i, kHole.size(), kHole) == 0) {
+      *holes = true;
+      i += kHole.size();
+    } else if (const size_t n = blank_at(s, i)) {
+      i += n;
+    } else {
+      return i;
+    }
+  }
+}
+
+std::string strip_tags(std::string_view s, uint32_t disabled, std::vector<SetAside>& aside) {
   std::string out;
   out.reserve(s.size());
-  // For each drop-content tag name: position from which no closing tag exists (search memo, keeps it linear).
+  // For each content tag name: position from which no closing tag exists (search memo, keeps it linear).
   std::vector<std::pair<std::string, size_t>> no_close_after;
   size_t i = 0;
   while (i < s.size()) {
@@ -74,6 +115,7 @@ std::string strip_tags(std::string_view s) {
     if (s.compare(lt, 4, "<!--") == 0) {  // comment: to "-->", or to the end if unclosed (as MediaWiki)
       const size_t end = s.find("-->", lt + 4);
       i = end == std::string_view::npos ? s.size() : end + 3;
+      out.append(kHole);
       continue;
     }
     size_t p = lt + 1;
@@ -82,11 +124,19 @@ std::string strip_tags(std::string_view s) {
     const size_t name_start = p;
     while (p < s.size() && p - name_start < 20 && (std::isalnum(static_cast<unsigned char>(s[p])))) ++p;
     const std::string name = lower(s.substr(name_start, p - name_start));
-    const bool known = !name.empty() && (in(kDropContentTags, name) || in(kUnwrapTags, name) || name == "br" ||
-                                         (name.size() == 2 && name[0] == 'h' && name[1] >= '1' && name[1] <= '6'));
+    // What becomes of the content: dropped, set aside (TeX, code, literal) or kept (unwrap).
+    enum { kUnknown, kDrop, kTex, kCode, kLiteral, kUnwrap, kBreak } what = kUnknown;
+    if (name.empty()) what = kUnknown;
+    else if (in(kDropContentTags, name)) what = kDrop;
+    else if (in(kTexTags, name)) what = (disabled & kWikitextMath) ? kDrop : kTex;
+    else if (in(kCodeTags, name)) what = !(disabled & kWikitextCode) ? kCode : name == "pre" ? kUnwrap : kDrop;
+    else if (name == "nowiki") what = kLiteral;
+    else if (in(kUnwrapTags, name) || (name.size() == 2 && name[0] == 'h' && name[1] >= '1' && name[1] <= '6'))
+      what = kUnwrap;
+    else if (name == "br") what = kBreak;
     // The tag must end with '>' soon, without another '<' in between.
     size_t gt = std::string_view::npos;
-    if (known && p < s.size() && (s[p] == '>' || s[p] == '/' || is_space(s[p]) || s[p] == '\n')) {
+    if (what != kUnknown && p < s.size() && (s[p] == '>' || s[p] == '/' || is_space(s[p]) || s[p] == '\n')) {
       for (size_t q = p; q < s.size() && q - p < 2000; ++q) {
         if (s[q] == '>') { gt = q; break; }
         if (s[q] == '<') break;
@@ -99,12 +149,15 @@ std::string strip_tags(std::string_view s) {
     }
     const bool self_closing = s[gt - 1] == '/';
     i = gt + 1;
-    if (name == "br") {
+    if (what == kBreak) {
       out.push_back('\n');
       continue;
     }
-    if (closing || self_closing || !in(kDropContentTags, name)) continue;  // unwrap: drop just the tag
-    // Drop the content up to the matching close tag (not nested: MediaWiki does not nest these either).
+    if (closing || self_closing || what == kUnwrap) {  // drop just the tag
+      if (what == kDrop) out.append(kHole);  // <ref name="x" />
+      continue;
+    }
+    // The content runs to the matching close tag (not nested: MediaWiki does not nest these either).
     auto memo = std::find_if(no_close_after.begin(), no_close_after.end(), [&](auto& e) { return e.first == name; });
     if (memo != no_close_after.end() && i >= memo->second) continue;  // known unclosed: drop only the opening tag
     const std::string close = "</" + name;
@@ -121,6 +174,12 @@ std::string strip_tags(std::string_view s) {
       if (memo == no_close_after.end()) no_close_after.emplace_back(name, i);
       else memo->second = std::min(memo->second, i);
       continue;
+    }
+    if (what == kDrop) out.append(kHole);
+    if (what != kDrop) {
+      const Aside kind = what == kTex ? Aside::kTex : what == kCode ? Aside::kCode : Aside::kLiteral;
+      out.append(kAsideOpen).append(std::to_string(aside.size())).append(kAsideClose);
+      aside.push_back({kind, s.substr(i, found - i)});
     }
     const size_t close_gt = s.find('>', found);
     i = close_gt == std::string_view::npos ? s.size() : close_gt + 1;
@@ -149,36 +208,339 @@ std::vector<std::string_view> split_pipes(std::string_view s) {
   return parts;
 }
 
-// Positional (unnamed) parameters of a template call, trimmed.
-std::vector<std::string_view> positional(const std::vector<std::string_view>& parts) {
-  std::vector<std::string_view> r;
+// The parameters of a template call, trimmed: positional ones in order ("1=x" counts as the first),
+// named ones by name. A part is named when an '=' comes before any newline or bracket: so a list
+// item "\n* a = b" given to a layout template stays positional.
+struct Params {
+  std::vector<std::string_view> positional;
+  std::vector<std::pair<std::string_view, std::string_view>> named;
+  std::string_view arg(size_t k) const { return k < positional.size() ? positional[k] : std::string_view(); }
+  std::string_view get(std::string_view name) const {
+    for (const auto& [n, v] : named) if (n == name) return v;
+    return {};
+  }
+};
+
+Params parse_params(const std::vector<std::string_view>& parts) {
+  Params r;
   for (size_t k = 1; k < parts.size(); ++k) {
     const std::string_view p = trim(parts[k]);
     const size_t eq = p.find('=');
-    if (eq != std::string_view::npos && p.find_first_of("<[{") > eq) continue;  // name=value
-    r.push_back(p);
+    if (eq == std::string_view::npos || eq == 0 || p.find_first_of("<[{\n") < eq) {  // "== heading ==" too
+      r.positional.push_back(p);
+      continue;
+    }
+    const std::string_view name = trim(p.substr(0, eq)), value = trim(p.substr(eq + 1));
+    size_t index = 0;
+    bool numeric = !name.empty() && name.size() <= 2;
+    for (char c : name) numeric = numeric && c >= '0' && c <= '9', index = index * 10 + static_cast<size_t>(c - '0');
+    if (numeric && index >= 1) {
+      if (r.positional.size() < index) r.positional.resize(index);
+      r.positional[index - 1] = value;
+    } else {
+      r.named.emplace_back(name, value);
+    }
   }
   return r;
 }
 
-// Text of a template call whose rendering is prose (仮リンク, lang, …); empty for all others.
-std::string template_text(std::string_view content) {
+// What a template gives to the text.
+enum class Gives {
+  kFirst,       // its 1st parameter
+  kSecond,      // its 2nd parameter
+  kQuote,       // its 1st parameter, or text=/quote=
+  kLangName,    // "language: text" from parameters 2 and 3
+  kReading,     // "word（reading）" from parameters 1 and 2
+  kNihongo,     // "word（kanji）" from parameters 1 and 2
+  kConvert,     // "number unit" when parameter 1 is a plain number ("number–number unit" for ranges)
+  kBirthDate,   // "Y年M月D日" from parameters 1-3
+  kDeathDate,   // "Y年M月D日（N歳没）" from parameters 4-6 and the birth date 1-3
+  kIsbn,        // "ISBN parameter 1"
+  kPipe,        // "|" inside a table (a cell separator), nothing elsewhere
+  kLayout,      // the content parameters on their own lines (not widths or named options)
+  kLines,       // each positional parameter on its own line
+  kCommaList,   // the positional parameters joined with "、"
+  kDotList,     // the positional parameters joined with "・"
+};
+struct TemplateRule {
+  std::string_view name;  // lowercase, '_' as ' '; a trailing '-' matches a prefix
+  Gives gives;
+  std::string_view doc;
+};
+// The templates that carry prose, most frequent in jawiki first. Every other template gives nothing.
+constexpr TemplateRule kTemplateRules[] = {
+    {"仮リンク", Gives::kFirst, "the Japanese title (1st)"},
+    {"lang", Gives::kSecond, "the text (2nd)"},
+    {"lang-", Gives::kFirst, "the text (1st), any lang-xx and lang-xx-short"},
+    {"ipa", Gives::kFirst, "the transcription (1st)"},
+    {"ipa2", Gives::kFirst, "the transcription (1st)"},
+    {"ipa-", Gives::kFirst, "the transcription (1st), any IPA-xx"},
+    {"audio", Gives::kSecond, "the label (2nd)"},
+    {"quotation", Gives::kQuote, "the quotation (1st or text=)"},
+    {"quote", Gives::kQuote, "the quotation (1st or text=)"},
+    {"cquote", Gives::kQuote, "the quotation (1st or text=)"},
+    {"bquote", Gives::kQuote, "the quotation (1st or text=)"},
+    {"quote box", Gives::kQuote, "the quotation (quote=)"},
+    {"ilq", Gives::kFirst, "the inline quotation (1st)"},
+    {"indent", Gives::kLines, "the indented text, on its own line"},
+    {"引用", Gives::kQuote, "the quotation (1st)"},
+    {"langwithname", Gives::kLangName, "\"language: text\" (2nd, 3rd)"},
+    {"rtl-langwithname", Gives::kLangName, "\"language: text\" (2nd, 3rd)"},
+    {"nihongo", Gives::kNihongo, "\"word（kanji）\" (1st, 2nd)"},
+    {"ruby", Gives::kFirst, "the base text (1st)"},
+    {"読み仮名", Gives::kReading, "\"word（reading）\" (1st, 2nd)"},
+    {"読み仮名 ruby不使用", Gives::kReading, "\"word（reading）\" (1st, 2nd)"},
+    {"ill2", Gives::kFirst, "the Japanese title (1st)"},
+    {"convert", Gives::kConvert, "\"number unit\" for plain numbers"},
+    {"生年月日と年齢", Gives::kBirthDate, "the date \"Y年M月D日\" (no age: it depends on the day)"},
+    {"死亡年月日と没年齢", Gives::kDeathDate, "\"Y年M月D日（N歳没）\""},
+    {"isbn", Gives::kIsbn, "\"ISBN number\""},
+    {"isbn2", Gives::kIsbn, "\"ISBN number\""},
+    {"visible anchor", Gives::kFirst, "the text (1st)"},
+    {"要出典範囲", Gives::kFirst, "the text (1st)"},
+    {"いつ範囲", Gives::kFirst, "the text (1st)"},
+    {"small", Gives::kFirst, "the text (1st)"},
+    {"large", Gives::kFirst, "the text (1st)"},
+    {"big", Gives::kFirst, "the text (1st)"},
+    {"nowrap", Gives::kFirst, "the text (1st)"},
+    {"nobr", Gives::kFirst, "the text (1st)"},
+    {"inline-block", Gives::kFirst, "the text (1st)"},
+    {"sup", Gives::kFirst, "the text (1st)"},
+    {"sub", Gives::kFirst, "the text (1st)"},
+    {"nts", Gives::kFirst, "the number (1st)"},
+    {"color", Gives::kSecond, "the text (2nd)"},
+    {"fontsize", Gives::kSecond, "the text (2nd)"},
+    {"補助漢字フォント", Gives::kFirst, "the character (1st)"},
+    {"jis2004フォント", Gives::kFirst, "the character (1st)"},
+    {"unicode", Gives::kFirst, "the character (1st)"},
+    {"pdflink", Gives::kFirst, "the link (1st)"},
+    {"!", Gives::kPipe, "a cell separator inside a table"},
+    {"en", Gives::kFirst, "the text (1st); likewise every 2-3 letter language code: fr, de, zh, ko, el, …"},
+    {"col-list", Gives::kLayout, "its content (lists, headings)"},
+    {"columns-list", Gives::kLayout, "its content"},
+    {"col", Gives::kLayout, "its columns, one after the other"},
+    {"plainlist", Gives::kLayout, "its list"},
+    {"flatlist", Gives::kLayout, "its list"},
+    {"表2列", Gives::kLayout, "its two columns, one after the other"},
+    {"no col break", Gives::kLayout, "its content"},
+    {"div col", Gives::kLayout, "its content (when given as a parameter)"},
+    {"multicol", Gives::kLayout, "its content (when given as a parameter)"},
+    {"unbulleted list", Gives::kLines, "each item on its own line"},
+    {"ubl", Gives::kLines, "each item on its own line"},
+    {"hlist-comma", Gives::kCommaList, "the items joined with 、"},
+    {"hlist", Gives::kDotList, "the items joined with ・"},
+};
+
+// Language-code templates ({{en|text}}, {{fr|text}} …: the text in that language).
+constexpr std::array<std::string_view, 40> kLanguageCodes = {
+    "en", "ja", "fr", "de", "es", "it", "pt", "ru", "zh", "ko", "el", "la", "ar", "nl",
+    "sv", "fi", "pl", "cs", "hu", "tr", "he", "fa", "hi", "th", "vi", "id", "ms", "uk",
+    "ro", "da", "no", "is", "ga", "cy", "eo", "sa", "grc", "ain", "mn", "bo"};
+
+const TemplateRule* find_rule(const std::string& name) {
+  for (const auto& r : kTemplateRules) {
+    if (r.name.back() == '-' ? starts_with(name, r.name) : name == r.name) return &r;
+  }
+  if (in(kLanguageCodes, name)) return find_rule("en");
+  return nullptr;
+}
+
+bool is_plain_number(std::string_view s) {
+  bool digit = false;
+  for (char c : s) {
+    if (c >= '0' && c <= '9') digit = true;
+    else if (c != ',' && c != '.' && c != '-' && c != '+') return false;
+  }
+  return digit;
+}
+
+int to_int(std::string_view s) {
+  int v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9' || v > 100000) return -1;
+    v = v * 10 + (c - '0');
+  }
+  return s.empty() ? -1 : v;
+}
+
+std::string date_text(std::string_view y, std::string_view m, std::string_view d) {
+  if (to_int(y) < 0) return "";
+  std::string r = std::string(y) + "年";
+  if (to_int(m) > 0) r += std::string(m) + "月";
+  if (to_int(m) > 0 && to_int(d) > 0) r += std::string(d) + "日";
+  return r;
+}
+
+// Layout parameters that are not content: empty, or a count or width ("2", "30em", "7.5em", "25%").
+bool is_layout_option(std::string_view v) {
+  size_t k = 0;
+  while (k < v.size() && ((v[k] >= '0' && v[k] <= '9') || v[k] == '.')) ++k;
+  const std::string_view unit = v.substr(k);
+  return v.empty() || (k > 0 && (unit.empty() || unit == "em" || unit == "px" || unit == "%" || unit == "ex"));
+}
+
+// Text of a template call: what its rule gives (see kTemplateRules), or nothing.
+std::string template_text(std::string_view content, bool in_table, const WikitextOptions& options) {
   const auto parts = split_pipes(content);
-  std::string name(trim(parts[0]));
-  if (!name.empty()) name[0] = ascii_lower(name[0]);
-  if (starts_with(name, "formatnum:")) return std::string(trim(std::string_view(name).substr(10)));
-  const auto args = positional(parts);
-  auto arg = [&](size_t k) { return k < args.size() ? std::string(args[k]) : std::string(); };
-  static constexpr std::array<std::string_view, 13> kFirst = {
-      "仮リンク", "visible anchor", "small", "nowrap", "要出典範囲", "large", "big",
-      "inline-block", "補助漢字フォント", "jis2004フォント", "ruby", "nobr", "unicode"};
-  if (in(kFirst, name)) return arg(0);
-  if (name == "lang") return arg(1);
-  if (starts_with(name, "lang-")) return arg(0);
-  if (name == "読み仮名" || name == "読み仮名_ruby不使用") {
-    return args.size() >= 2 && !args[1].empty() ? arg(0) + "（" + arg(1) + "）" : arg(0);
+  std::string name = lower(trim(parts[0]));
+  for (size_t h; (h = name.find(kHole)) != std::string::npos;) name.erase(h, kHole.size());
+  name = lower(trim(name));
+  for (char& c : name) if (c == '_') c = ' ';
+  if (starts_with(name, "formatnum:")) return std::string(trim(trim(parts[0]).substr(10)));
+  const TemplateRule* rule = find_rule(name);
+  if (!rule || rule->name == options.disabled_template) return "";
+  const bool layout = rule->gives == Gives::kLayout || rule->gives == Gives::kLines;
+  if (options.disabled_rules & (layout ? kWikitextLayoutTemplates : kWikitextContentTemplates)) return "";
+  const Params params = parse_params(parts);
+  auto arg = [&](size_t k) { return std::string(params.arg(k)); };
+  auto join = [&](std::string_view separator) {
+    std::string r;
+    for (std::string_view a : params.positional) {
+      if (a.empty()) continue;
+      if (!r.empty()) r += separator;
+      r += a;
+    }
+    return r;
+  };
+  switch (rule->gives) {
+    case Gives::kFirst: return arg(0);
+    case Gives::kSecond: return arg(1);
+    case Gives::kQuote: {
+      for (std::string_view key : {"text", "quote", "引用文"})
+        if (!params.get(key).empty()) return std::string(params.get(key));
+      return arg(0);
+    }
+    case Gives::kLangName: return params.arg(1).empty() ? arg(2) : arg(1) + ": " + arg(2);
+    case Gives::kReading:
+    case Gives::kNihongo: return params.arg(1).empty() ? arg(0) : arg(0) + "（" + arg(1) + "）";
+    case Gives::kConvert: {
+      if (!is_plain_number(params.arg(0))) return "";
+      static constexpr std::array<std::string_view, 8> kRange = {"-", "–", "to", "~", "～", "and", "x", "×"};
+      if (in(kRange, params.arg(1)) && is_plain_number(params.arg(2)))
+        return arg(0) + (params.arg(1) == "-" ? "–" : params.arg(1) == "to" ? " to " : arg(1)) + arg(2) + " " + arg(3);
+      return arg(0) + " " + arg(1);
+    }
+    case Gives::kBirthDate: return date_text(params.arg(0), params.arg(1), params.arg(2));
+    case Gives::kDeathDate: {
+      std::string r = date_text(params.arg(3), params.arg(4), params.arg(5));
+      const int by = to_int(params.arg(0)), bm = to_int(params.arg(1)), bd = to_int(params.arg(2));
+      const int dy = to_int(params.arg(3)), dm = to_int(params.arg(4)), dd = to_int(params.arg(5));
+      if (!r.empty() && by >= 0 && bm > 0 && bd > 0 && dy >= by && dm > 0 && dd > 0)
+        r += "（" + std::to_string(dy - by - ((dm < bm || (dm == bm && dd < bd)) ? 1 : 0)) + "歳没）";
+      return r;
+    }
+    case Gives::kIsbn: return params.arg(0).empty() ? "" : "ISBN " + arg(0);
+    case Gives::kPipe: return in_table ? "|" : "";
+    case Gives::kLayout: {
+      std::string r;
+      for (std::string_view a : params.positional)
+        if (!is_layout_option(a)) ((r += '\n') += a) += '\n';
+      for (std::string_view key : {"content", "list"})
+        if (!params.get(key).empty()) ((r += '\n') += params.get(key)) += '\n';
+      return r;
+    }
+    case Gives::kLines: {
+      std::string r;
+      for (std::string_view a : params.positional)
+        if (!a.empty()) ((r += '\n') += a) += '\n';
+      return r;
+    }
+    case Gives::kCommaList: return join("、");
+    case Gives::kDotList: return join("・");
   }
   return "";
+}
+
+// ---- tables
+
+// Whether s holds more than blank space and hole marks.
+bool has_text(std::string_view s) {
+  bool holes = false;
+  return skip_blanks(s, 0, &holes) < s.size();
+}
+
+// A cell "attrs | content" -> content; *spans set when the attributes hold rowspan or colspan.
+std::string_view cell_content(std::string_view cell, bool* spans) {
+  const size_t bar = cell.find('|');
+  if (bar != std::string_view::npos) {
+    const std::string attrs = lower(cell.substr(0, bar));
+    if (attrs.find('=') != std::string::npos || trim(attrs).empty()) {
+      if (attrs.find("rowspan") != std::string::npos || attrs.find("colspan") != std::string::npos) *spans = true;
+      cell = cell.substr(bar + 1);
+    }
+  }
+  return trim(cell);
+}
+
+// Splits "a || b || c" (and "a !! b" in header rows) into cells.
+void split_cells(std::string_view line, bool header, std::vector<std::string_view>& cells) {
+  size_t start = 0;
+  for (size_t i = 0; i + 1 < line.size(); ++i) {
+    if ((line[i] == '|' && line[i + 1] == '|') || (header && line[i] == '!' && line[i + 1] == '!')) {
+      cells.push_back(line.substr(start, i - start));
+      start = i + 2;
+      ++i;
+    }
+  }
+  cells.push_back(line.substr(start));
+}
+
+// The text of a closed table {|…|} (content without the brackets): a simple table gives its caption
+// and one line per row, the non-empty cells joined with " | "; any other gives nothing. Simple: no
+// rowspan/colspan, no cell that runs over several lines, at least 60% of the cells non-empty.
+std::string table_text(std::string_view content) {
+  std::string caption;
+  std::vector<std::vector<std::string_view>> rows(1);
+  bool simple = true;
+  size_t cells = 0, filled = 0;
+  size_t start = content.find('\n');  // the first line holds the table's attributes
+  while (simple && start != std::string_view::npos && start < content.size()) {
+    size_t end = content.find('\n', start + 1);
+    if (end == std::string_view::npos) end = content.size();
+    const std::string_view line = trim(content.substr(start, end - start));
+    start = end;
+    if (line.empty()) continue;
+    if (starts_with(line, "|+")) {
+      bool spans = false;
+      caption = std::string(cell_content(line.substr(2), &spans));
+    } else if (starts_with(line, "|-")) {
+      if (!rows.back().empty()) rows.emplace_back();
+    } else if (line[0] == '|' || line[0] == '!') {
+      std::vector<std::string_view> raw;
+      split_cells(line.substr(1), line[0] == '!', raw);
+      bool spans = false;
+      for (std::string_view c : raw) {
+        const std::string_view text = cell_content(c, &spans);
+        ++cells;
+        if (has_text(text)) ++filled, rows.back().push_back(text);
+      }
+      if (spans) simple = false;
+    } else {
+      simple = false;  // a cell's content on further lines: lists, paragraphs
+    }
+  }
+  if (!simple || cells == 0 || filled * 10 < cells * 6) return "";
+  std::string r = "\n";
+  if (has_text(caption)) (r += caption) += '\n';
+  for (const auto& row : rows) {
+    for (size_t k = 0; k < row.size(); ++k) (r += k ? " | " : "") += row[k];
+    if (!row.empty()) r += '\n';
+  }
+  return r;
+}
+
+// Removes a definition-term line (";title") that stands right before position `at` of out with nothing
+// but blank space between: the title of a table that was dropped goes with it.
+void drop_title_before(std::string& out, size_t at) {
+  size_t k = at;
+  while (k > 0) {
+    if (out[k - 1] == '\n' || is_space(out[k - 1])) --k;
+    else if (k >= kHole.size() && out.compare(k - kHole.size(), kHole.size(), kHole) == 0) k -= kHole.size();
+    else break;
+  }
+  const size_t line_start = out.rfind('\n', k == 0 ? 0 : k - 1);
+  const size_t from = line_start == std::string::npos ? 0 : line_start + 1;
+  if (k > from && trim(std::string_view(out).substr(from, k - from)).substr(0, 1) == ";") out.erase(from, at - from);
 }
 
 bool is_language_prefix(std::string_view p) {
@@ -220,7 +582,7 @@ bool at_line_start(std::string_view s, size_t i) {
   return k == 0 || s[k - 1] == '\n';
 }
 
-std::string strip_brackets(std::string_view s) {
+std::string strip_brackets(std::string_view s, const WikitextOptions& options) {
   std::string out;
   out.reserve(s.size());
   std::vector<OpenFrame> stack;
@@ -253,14 +615,21 @@ std::string strip_brackets(std::string_view s) {
       stack.push_back({Frame::kLink, out.size()});
       i += 2;
     } else if (c == '}' && d == '}' && has_open(Frame::kTemplate) && stack.back().kind != Frame::kTable) {
-      out += template_text(close(Frame::kTemplate));
+      const std::string content = close(Frame::kTemplate);
+      const std::string text = template_text(content, has_open(Frame::kTable), options);
+      out += text.empty() ? kHole : text;
       i += 2;
     } else if (c == '|' && d == '}' && at_line_start(s, i) && has_open(Frame::kTable) &&
                stack.back().kind != Frame::kTemplate) {
-      close(Frame::kTable);
+      const std::string content = close(Frame::kTable);
+      // Nested tables are dropped; a table kept gives its rows, a dropped one takes its title along.
+      const std::string rows = (options.disabled_rules & kWikitextTables) || has_open(Frame::kTable) ? "" : table_text(content);
+      if (rows.empty()) drop_title_before(out, out.size());
+      out += rows.empty() ? kHole : rows;
       i += 2;
     } else if (c == ']' && d == ']' && !stack.empty() && stack.back().kind == Frame::kLink) {
-      out += link_text(close(Frame::kLink));
+      const std::string text = link_text(close(Frame::kLink));
+      out += text.empty() ? kHole : text;
       i += 2;
     } else {  // copy the run up to the next bracket or bar in one go
       size_t j = i + 1;
@@ -287,14 +656,15 @@ bool is_trailing_section(std::string_view heading) {
   return false;
 }
 
-// "== x ==" -> "x"; returns false if the line is not a heading.
-bool parse_heading(std::string_view line, std::string_view* text) {
+// "== x ==" -> "x" and its level (2); returns false if the line is not a heading.
+bool parse_heading(std::string_view line, std::string_view* text, size_t* level) {
   line = trim(line);
   size_t a = 0, b = 0;
   while (a < line.size() && line[a] == '=') ++a;
   while (b < line.size() - a && line[line.size() - 1 - b] == '=') ++b;
   if (a == 0 || b == 0 || a + b >= line.size()) return false;
   *text = trim(line.substr(a, line.size() - a - b));
+  *level = std::min(a, b);
   return true;
 }
 
@@ -302,6 +672,7 @@ bool parse_heading(std::string_view line, std::string_view* text) {
 std::string clean_inline(std::string_view line) {
   std::string out;
   out.reserve(line.size());
+  size_t close = 0;  // the next ']' at or after i (npos: none), so that unclosed links stay linear
   size_t i = 0;
   while (i < line.size()) {
     const char c = line[i];
@@ -313,11 +684,12 @@ std::string clean_inline(std::string_view line) {
       const std::string_view rest = line.substr(i + 1);
       if (starts_with(rest, "http://") || starts_with(rest, "https://") || starts_with(rest, "//") ||
           starts_with(rest, "ftp://") || starts_with(rest, "mailto:")) {
-        const size_t close = line.find(']', i + 1);
+        if (close != std::string_view::npos && close <= i) close = line.find(']', i + 1);
         if (close != std::string_view::npos) {
           const std::string_view inner = line.substr(i + 1, close - i - 1);
           const size_t sp = inner.find(' ');
           if (sp != std::string_view::npos) out.append(trim(inner.substr(sp + 1)));
+          else out.append(kHole);  // [http://x] renders as a number: nothing of it is text
           i = close + 1;
           continue;
         }
@@ -327,6 +699,7 @@ std::string clean_inline(std::string_view line) {
       size_t k = i + 2;
       while (k < line.size() && k - i < 40 && ((line[k] >= 'A' && line[k] <= 'Z') || line[k] == '_')) ++k;
       if (k - i > 4 && line[k - 1] == '_' && line[k - 2] == '_' && k - i > 4) {
+        out.append(kHole);
         i = k;
         continue;
       }
@@ -339,57 +712,191 @@ std::string clean_inline(std::string_view line) {
   return out;
 }
 
-// Empty brackets left by removed templates: "（）", "()", "（、" -> "（".
-void tidy_brackets(std::string& s) {
-  for (const auto& [from, to] : std::array<std::pair<std::string_view, std::string_view>, 4>{
-           {{"（）", ""}, {"()", ""}, {"（、", "（"}, {"、）", "）"}}}) {
-    size_t p = 0;
-    std::string r;
-    bool changed = false;
-    while (true) {
-      const size_t f = s.find(from, p);
-      if (f == std::string::npos) break;
-      r.append(s, p, f - p);
-      r.append(to);
-      p = f + from.size();
-      changed = true;
+// Removes what dropped markup left without content, where a hole mark shows markup was: brackets
+// holding nothing else ("（ ）", "( )", "「」", "『』"), a comma next to a bracket ("（、x" -> "（x", "x、）" -> "x）")
+// or to another comma, and blank space before 。、）) or at either end of the line. Then the marks go.
+// With tidy false only the marks go.
+std::string tidy_holes(std::string&& line, bool tidy) {
+  if (line.find(kHole) == std::string::npos) return std::move(line);
+  const std::string_view s = line;
+  static constexpr std::string_view kOpen[] = {"（", "(", "「", "『"}, kClose[] = {"）", ")", "」", "』"},
+                                    kComma[] = {"、", ","}, kStop[] = {"。", "、", "）", ")"};
+  auto match = [&](const std::string_view* set, size_t n, size_t i) -> size_t {
+    for (size_t k = 0; k < n; ++k)
+      if (s.compare(i, set[k].size(), set[k]) == 0) return set[k].size();
+    return 0;
+  };
+  std::string r;
+  r.reserve(s.size());
+  // Where one of the strings above (or a blank) may start: '(', ')', ',', ' ', '\t', U+3000-303F
+  // (、。「」『』 and U+3000), U+FF08/U+FF09 (（）), U+E002 (the mark), U+00A0. Runs of other bytes are copied.
+  auto may_start = [&](size_t i) {
+    const unsigned char c = s[i], d = i + 1 < s.size() ? s[i + 1] : 0;
+    return c == '(' || c == ')' || c == ',' || c == ' ' || c == '\t' || (c == 0xE3 && d == 0x80) ||
+           (c == 0xEF && d == 0xBC) || (c == 0xEE && d == 0x80) || (c == 0xC2 && d == 0xA0);
+  };
+  size_t i = 0;
+  while (i < s.size()) {
+    bool holes = false;
+    if (!may_start(i)) {
+      size_t j = i + 1;
+      while (j < s.size() && static_cast<unsigned char>(s[j]) >= 0x80 && s[j] != '\xE3' && s[j] != '\xEF' &&
+             s[j] != '\xEE' && s[j] != '\xC2')
+        ++j;  // the common case, Japanese text: skip lead and continuation bytes that start nothing
+      while (j < s.size() && !may_start(j)) ++j;
+      r.append(s, i, j - i);
+      i = j;
+      continue;
     }
-    if (changed) {
-      r.append(s, p, std::string::npos);
-      s = std::move(r);
+    if (!tidy) {
+      if (s.compare(i, kHole.size(), kHole) == 0) i += kHole.size();
+      else r.push_back(s[i++]);
+      continue;
     }
+    if (const size_t open = match(kOpen, 4, i)) {
+      const size_t j = skip_blanks(s, i + open, &holes);
+      if (holes && match(kClose, 4, j)) {  // "（ ）", "「」": gone
+        i = j + match(kClose, 4, j);
+        continue;
+      }
+      if (holes && match(kComma, 2, j)) {  // "（、x": the comma goes
+        r.append(s, i, open);
+        i = skip_blanks(s, j + match(kComma, 2, j), &holes);
+        continue;
+      }
+      r.append(s, i, open);
+      i += open;
+      continue;
+    }
+    if (const size_t comma = match(kComma, 2, i)) {
+      const size_t j = skip_blanks(s, i + comma, &holes);
+      if (holes && (match(kClose, 2, j) || match(kComma, 2, j) || j == s.size())) {  // "、）", "、、": one goes
+        i = j;
+        continue;
+      }
+      r.append(s, i, comma);
+      i += comma;
+      continue;
+    }
+    if (blank_at(s, i) || s.compare(i, kHole.size(), kHole) == 0) {
+      const size_t j = skip_blanks(s, i, &holes);
+      if (!holes) {
+        r.append(s, i, j - i);
+      } else if (i > 0 && j < s.size() && !match(kStop, 4, j)) {
+        // Inside the line: the first blank of the run, if any ("は {{x}} から" -> "は から", "前{{x}}後" -> "前後").
+        for (size_t k = i; k < j;) {
+          if (const size_t n = blank_at(s, k)) {
+            r.append(s, k, n);
+            break;
+          }
+          k += kHole.size();
+        }
+      }  // before 。、）) or at either end of the line: nothing
+      i = j;
+      continue;
+    }
+    r.push_back(s[i++]);
   }
+  return r;
+}
+
+// ---------------------------------------------------------------- pass 4: what was set aside
+
+// TeX on one line: runs of blank space and newlines become one space.
+std::string one_line(std::string_view s) {
+  std::string r;
+  bool space = false;
+  for (char c : trim(s)) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      space = true;
+      continue;
+    }
+    if (space) r.push_back(' ');
+    space = false;
+    r.push_back(c);
+  }
+  return r;
+}
+
+// Replaces each placeholder left in text by what pass 1 set aside: TeX inline, code as its lines,
+// <nowiki> content as written (entities decoded). Placeholders whose markup was dropped are gone already.
+std::string put_back(const std::string& text, const std::vector<SetAside>& aside, bool decode) {
+  if (aside.empty()) return text;
+  std::string r;
+  r.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t open = text.find(kAsideOpen, i);
+    if (open == std::string::npos) break;
+    r.append(text, i, open - i);
+    size_t k = open + kAsideOpen.size(), index = 0;
+    while (k < text.size() && k - open < 12 && text[k] >= '0' && text[k] <= '9') index = index * 10 + (text[k++] - '0');
+    i = k;
+    if (text.compare(k, kAsideClose.size(), kAsideClose) != 0 || index >= aside.size()) continue;
+    i = k + kAsideClose.size();
+    const SetAside& a = aside[index];
+    if (a.kind == Aside::kTex) r += decode ? decode_html_entities(one_line(a.text)) : one_line(a.text);
+    else if (a.kind == Aside::kCode) r += trim(a.text);
+    else r += decode ? decode_html_entities(a.text) : std::string(a.text);
+  }
+  r.append(text, std::min(i, text.size()), std::string::npos);
+  return r;
 }
 
 }  // namespace
 
 std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& options) {
-  const std::string no_tags = strip_tags(wikitext);
-  const std::string flat = strip_brackets(no_tags);
+  // The placeholder characters (private use) cannot come from the page itself.
+  std::string own;
+  auto is_mark = [&](size_t i) {
+    return wikitext.compare(i, 3, kAsideOpen) == 0 || wikitext.compare(i, 3, kAsideClose) == 0 ||
+           wikitext.compare(i, 3, kHole) == 0;
+  };
+  if (wikitext.find("\xEE\x80") != std::string_view::npos) {
+    own.reserve(wikitext.size());
+    for (size_t i = 0; i < wikitext.size();) {
+      if (is_mark(i)) i += 3;
+      else own.push_back(wikitext[i++]);
+    }
+    wikitext = own;
+  }
+  const uint32_t disabled = options.disabled_rules;
+  const bool decode = !(disabled & kWikitextEntities);
+  std::vector<SetAside> aside;
+  const std::string no_tags = strip_tags(wikitext, disabled, aside);
+  const std::string flat = strip_brackets(no_tags, options);
   std::string out;
   out.reserve(flat.size());
   bool blank_pending = false;
+  size_t skip_level = 0;  // inside a trailing section of this level (0: not)
   size_t start = 0;
   while (start <= flat.size()) {
     size_t end = flat.find('\n', start);
     if (end == std::string::npos) end = flat.size();
-    std::string_view line = flat;
-    line = line.substr(start, end - start);
+    // Quotes, external links and magic words out; then what dropped markup left empty.
+    const std::string cleaned = tidy_holes(clean_inline(std::string_view(flat).substr(start, end - start)),
+                                           !(disabled & kWikitextEmptyBrackets));
     start = end + 1;
+    std::string_view line = cleaned;
     std::string_view heading;
+    size_t level = 0;
     std::string text;
-    if (parse_heading(line, &heading)) {
-      const std::string h = decode_html_entities(clean_inline(heading));
-      if (options.drop_trailing_sections && is_trailing_section(trim(h))) break;
-      text = h;
+    if (parse_heading(line, &heading, &level)) {
+      text = decode ? decode_html_entities(heading) : std::string(heading);
+      // A trailing section runs to the next heading of its level or above that is not one itself.
+      if (skip_level > 0 && level > skip_level) continue;
+      skip_level = options.drop_trailing_sections && is_trailing_section(trim(text)) ? level : 0;
+      if (skip_level > 0) continue;
+    } else if (skip_level > 0) {
+      continue;
     } else {
       line = trim(line);
       if (starts_with(line, "{|") || starts_with(line, "|") || starts_with(line, "!") || starts_with(line, "----"))
         continue;  // remnants of unclosed tables, horizontal rules
       while (!line.empty() && (line[0] == '*' || line[0] == '#' || line[0] == ':' || line[0] == ';'))
         line.remove_prefix(1);
-      text = decode_html_entities(clean_inline(trim(line)));
-      tidy_brackets(text);
+      line = trim(line);
+      text = decode ? decode_html_entities(line) : std::string(line);
     }
     const std::string_view t = trim(text);
     if (t.empty()) {
@@ -402,7 +909,13 @@ std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& o
     out += '\n';
   }
   while (!out.empty() && out.back() == '\n') out.pop_back();
-  return out;
+  return put_back(out, aside, decode);
+}
+
+std::vector<std::pair<std::string, std::string>> wikitext_template_rules() {
+  std::vector<std::pair<std::string, std::string>> r;
+  for (const auto& rule : kTemplateRules) r.emplace_back(rule.name, rule.doc);
+  return r;
 }
 
 bool is_redirect_wikitext(std::string_view wikitext) {
