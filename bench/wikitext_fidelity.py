@@ -16,7 +16,8 @@ What is measured, per article and in total:
     text between its markup; an item counts as kept when every piece of 2+ characters appears in the
     output (a heading: as a line of its own, WikiExtractor writes it with a final '.');
   - leftover markup per kind: {{ }}, [[ ]], '' quotes, HTML tags, character references (named,
-    decimal, hex), table lines ({| |} |- !), __MAGIC__ words, [http links, comments;
+    decimal, hex), table lines ({| |} |- !), __MAGIC__ words, [http links, comments; a match that is the
+    article's own text, written with <nowiki> so that it shows, is not leftover markup;
   - holes: empty brackets "（）" "( )" "「」" "『』", a comma next to a bracket "（、" "、）", and dangling
     particles: a particle followed only by blank space and then punctuation or another particle
     ("は 、", "は から"), which is what a dropped template or formula leaves; a match that is the
@@ -150,12 +151,20 @@ def measure(text: str, source: str, headings, items, heading_suffix=""):
         "items": sum(1 for ps in items if all(p in squashed for p in ps)),
     }
     for kind, rx in MARKUP.items():
-        r["markup:" + kind] = len(rx.findall(text))
+        r["markup:" + kind] = sum(1 for m in rx.finditer(text) if not nowiki_text(text, m, source))
     for kind, rx in HOLES.items():
         r["hole:" + kind] = sum(1 for m in rx.finditer(text) if not in_source(text, m, source, kind))
     r["markup"] = sum(v for k, v in r.items() if k.startswith("markup:"))
     r["holes"] = sum(v for k, v in r.items() if k.startswith("hole:"))
     return r
+
+
+def nowiki_text(text: str, m, source: str) -> bool:
+    """Whether a markup match is the article's own text, written with <nowiki> so that it shows (プログラミング言語's
+    EBNF writes ['+''-'] as [<nowiki>'</nowiki>+<nowiki>'</nowiki><nowiki>'</nowiki>-…): the match with two
+    characters either side is in the wikitext once its tags are removed, but not in the wikitext as written."""
+    window = text[max(0, m.start() - 2):m.end() + 2]
+    return window not in source and window in re.sub(r"<[^<>\n]*>", "", source)
 
 
 def in_source(text: str, m, source: str, kind: str = "") -> bool:
@@ -272,7 +281,10 @@ def report(pages_path, ctrl_path, we_dir, md_path, svg_path, header):
         text = ctrl.get(r["title"], "")
         for kind, rx in list(MARKUP.items()) + list(HOLES.items()):
             for m in rx.finditer(text):
-                if kind in HOLES and in_source(text, m, next(p["text"] for p in articles if p["title"] == r["title"]), kind):
+                source = next(p["text"] for p in articles if p["title"] == r["title"])
+                if kind in HOLES and in_source(text, m, source, kind):
+                    continue
+                if kind in MARKUP and nowiki_text(text, m, source):
                     continue
                 if shown < 40:
                     ctx = text[max(0, m.start() - 30):m.end() + 30].replace("\n", "⏎").replace("|", "\\|")

@@ -5,6 +5,8 @@
 // pages.jsonl: one {"title", "ns", "redirect", "text"} object per page (bench/wikitext_fidelity.py
 // writes it from the XML); pages outside namespace 0, redirects and disambiguation pages are skipped,
 // as the Wikipedia reader does. --dump writes {"title", "text"} with all rules on.
+// Non-space characters: code points other than ASCII blank space and U+3000 (bench/wikitext_fidelity.py
+// counts with Python's str.isspace, which also skips U+00A0 and other Unicode spaces: a few hundred fewer).
 #include <chrono>
 #include <cstdio>
 #include <cstring>

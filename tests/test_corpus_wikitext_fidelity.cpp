@@ -101,6 +101,9 @@ TEST(WikitextFidelity, LayoutTemplatesGiveBackTheirListsAndHeadings) {
   EXPECT_TRUE(has_line(paris, "オペラ・ガルニエ（日本で「オペラ座」と呼ぶのはこちら）"));
   EXPECT_FALSE(has_line(paris, "2"));
   EXPECT_EQ(text_of("layout-table2"), "松葉ガニ\n岩ガキ\n白イカ\n\nイワシ\nカレイ\nマグロ");  // 鳥取県: {{表2列}}
+  // 兵庫県: {{ul}} whose item holds a {{col-list}}.
+  EXPECT_EQ(text_of("layout-ul"), "高原\n鉢伏高原\n神鍋高原\n瀞川平\n兎和野高原\n上山高原\n杉ヶ沢高原\n柤岡高原\n美原高原\n美方高原\n"
+                                   "砥峰高原\n峰山高原");
   const std::string austria = text_of("layout-col");  // オーストリア: {{col|…|…|…}}
   EXPECT_TRUE(has_line(austria, "オーストリア関係記事の一覧"));
   EXPECT_TRUE(has_line(austria, "ターフェルシュピッツ"));

@@ -327,6 +327,10 @@ constexpr TemplateRule kTemplateRules[] = {
     {"multicol", Gives::kLayout, "its content (when given as a parameter)"},
     {"unbulleted list", Gives::kLines, "each item on its own line"},
     {"ubl", Gives::kLines, "each item on its own line"},
+    {"ul", Gives::kLines, "each item on its own line"},
+    {"ol", Gives::kLines, "each item on its own line"},
+    {"bulleted list", Gives::kLines, "each item on its own line"},
+    {"ordered list", Gives::kLines, "each item on its own line"},
     {"hlist-comma", Gives::kCommaList, "the items joined with 、"},
     {"hlist", Gives::kDotList, "the items joined with ・"},
 };
