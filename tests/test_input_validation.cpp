@@ -472,6 +472,7 @@ TEST(BadInputMemory, AMillionLayersIsRefusedUpFront) {
   EXPECT_EQ(ctrl_cli("train --config tiny --set model.n_layer=1000000 --out " + dir + " --quiet", &out), 1);
   EXPECT_NE(out.find("of memory at micro-batch 16"), std::string::npos) << out;
   EXPECT_NE(out.find("not even micro-batch 1 fits"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir));  // refused before the run directory is made
   fs::remove_all(dir);
 }
 
