@@ -345,6 +345,8 @@ TEST_F(BadInputCorpus, DocumentCountsAndSplitFieldsAreChecked) {
                "manifest.json", "documents.valid 0 but 1 valid shards");
   EXPECT_ERROR(Dataset::open(edited("escape", [](nlohmann::json& j) { j["codes"][0]["shards"]["train"][0] = "../x"; })),
                "manifest.json", "shard '../x': expected a file name");
+  EXPECT_ERROR(Dataset::open(edited("tokfile", [](nlohmann::json& j) { j["tokenizer"]["file"] = "/etc/passwd"; })),
+               "manifest.json", "tokenizer.file '/etc/passwd': expected a file name");
 }
 
 TEST_F(BadInputCorpus, ACheckpointAndACorpusMustAgree) {
