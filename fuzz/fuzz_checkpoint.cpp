@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "core/error.h"
@@ -58,7 +59,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = scratch_path();
-  ctrl::write_file_atomically(path, std::string_view(reinterpret_cast<const char*>(data), size));
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data), std::streamsize(size));
   try {
     ctrl::Checkpoint ckpt(path);
     // Whatever loads must fit the model it describes, or be refused by name.

@@ -345,6 +345,8 @@ TEST_F(BadInputCorpus, DocumentCountsAndSplitFieldsAreChecked) {
                "manifest.json", "documents.valid 0 but 1 valid shards");
   EXPECT_ERROR(Dataset::open(edited("escape", [](nlohmann::json& j) { j["codes"][0]["shards"]["train"][0] = "../x"; })),
                "manifest.json", "shard '../x': expected a file name");
+  EXPECT_ERROR(Dataset::open(edited("tokfile", [](nlohmann::json& j) { j["tokenizer"]["file"] = "/etc/passwd"; })),
+               "manifest.json", "tokenizer.file '/etc/passwd': expected a file name");
 }
 
 TEST_F(BadInputCorpus, ACheckpointAndACorpusMustAgree) {
@@ -472,6 +474,7 @@ TEST(BadInputMemory, AMillionLayersIsRefusedUpFront) {
   EXPECT_EQ(ctrl_cli("train --config tiny --set model.n_layer=1000000 --out " + dir + " --quiet", &out), 1);
   EXPECT_NE(out.find("of memory at micro-batch 16"), std::string::npos) << out;
   EXPECT_NE(out.find("not even micro-batch 1 fits"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir));  // refused before the run directory is made
   fs::remove_all(dir);
 }
 

@@ -193,6 +193,8 @@ void Manifest::check(const std::string& path) const {
   auto shard_name_ok = [](const std::string& s) {
     return !s.empty() && s.find('/') == std::string::npos && s != "." && s != "..";
   };
+  if (!tokenizer_file.empty() && !shard_name_ok(tokenizer_file))
+    fail(path + ": tokenizer.file '" + tokenizer_file + "': expected a file name in the corpus directory");
   for (size_t i = 0; i < codes.size(); ++i) {
     const ControlCode& c = codes[i];
     const std::string where = path + ": codes[" + std::to_string(i) + "] '" + c.name + "'";

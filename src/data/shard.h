@@ -79,7 +79,8 @@ struct Manifest {
   static Manifest read(const std::string& dir);            // validates fields (check())
   // Fields against each other: eos and code ids inside the vocabulary and
   // distinct, names distinct, the split fraction in [0, 1), document counts
-  // zero exactly when a split has no shards, shard names plain file names.
+  // zero exactly when a split has no shards, shard and tokenizer names plain
+  // file names (nothing outside the directory).
   // One-line ctrl::Error naming `path` and the field otherwise.
   void check(const std::string& path) const;
 };

@@ -94,7 +94,8 @@ constexpr double kBig = double(int64_t(1) << 40);
         Kind::kReal, Range{__VA_ARGS__}, [](const Config& c) { return c.section.name; }}
 #define STR_FIELD(section, name)                                              \
   Field{#section "." #name, [](const Config& c) { return c.section.name; },   \
-        [](Config& c, const std::string& v, const std::string&) { c.section.name = v; }}
+        [](Config& c, const std::string& v, const std::string&) { c.section.name = v; }, \
+        Kind::kString, Range{0, 0}, nullptr}
 
 const std::vector<Field>& fields() {
   // Sizes are bounded so that products of them (parameter counts, byte counts) stay inside 64 bits;

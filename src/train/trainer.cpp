@@ -124,6 +124,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
          ") must be a multiple of ranks x train.micro_batch (" + std::to_string(ranks) + " x " +
          std::to_string(t.micro_batch) + ")");
   if (options_.zero != 0 && options_.zero != 1) fail("--zero must be 0 or 1");
+  // Before anything is written or allocated: a run that cannot fit is refused with the figure.
+  plan::check_memory(config_, t.micro_batch, options_.zero == 1 ? int(ranks) : 1, plan::available_memory_bytes());
   comm_->check_identical("the configuration", config_to_json(config_));
   comm_->check_identical("the ctrl build", std::string(CTRL_VERSION) + " " + __DATE__ + " " + __TIME__);
   const std::string& run = options_.run_dir;
@@ -178,7 +180,6 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   if (dataset_) comm_->check_identical("the corpus manifest", dataset_->manifest().sources_json +
                                                                   std::to_string(dataset_->manifest().tokenizer_crc32));
 
-  plan::check_memory(config_, t.micro_batch, options_.zero == 1 ? int(ranks) : 1, plan::available_memory_bytes());
   ops_ = make_ops(t.device, int(t.threads));
   model_ = std::make_unique<Model>(config_.model, *ops_, t.micro_batch, activation_dtype(t.precision));
   const ParamLayout& layout = model_->layout();
