@@ -82,7 +82,7 @@ TEST(CheckedBackend, HostReadOrWriteOfBackendMemoryDiesNamingTheBuffer) {
       },
       "'model.tokens'");
   // On the cpu backend the same read is allowed (it is host memory): the check is the checked backend's.
-  auto cpu = make_ops("cpu");
+  auto cpu = test_support::make_cpu_reference();  // (make_ops("cpu") is checked under CTRL_DEVICE=checked)
   DeviceArray<float> b(*cpu, 64, "x");
   EXPECT_EQ(b.data()[5], 0.0f);
 }
