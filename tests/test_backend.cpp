@@ -1,12 +1,15 @@
 // The backend seam: the factory, the memory calls, and the checked backend
 // that makes any host access to backend memory fail loudly.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <vector>
 
 #include "core/error.h"
 #include "ops/ops.h"
+#include "test_support.h"
 
 namespace ctrl {
 namespace {
@@ -53,7 +56,10 @@ TEST_P(EveryBackend, MemoryRoundTripsThroughUploadAndDownload) {
   std::vector<float> part(3);
   a.download(part.data(), 3, 12);
   EXPECT_EQ(part, std::vector<float>(3, 3.0f));
-  EXPECT_DOUBLE_EQ(ops->sum_squares(a.data() + 10, 5), 45.0);
+  DeviceArray<double> sum(*ops, 1, "test.sum");
+  ops->sum_squares(a.data() + 10, 5, sum.data());
+  ops->sum_squares(a.data() + 10, 1, sum.data());  // adds
+  EXPECT_EQ(sum.to_host(), std::vector<double>{54.0});
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, EveryBackend, ::testing::ValuesIn(available_devices()));
@@ -76,7 +82,7 @@ TEST(CheckedBackend, HostReadOrWriteOfBackendMemoryDiesNamingTheBuffer) {
       },
       "'model.tokens'");
   // On the cpu backend the same read is allowed (it is host memory): the check is the checked backend's.
-  auto cpu = make_ops("cpu");
+  auto cpu = test_support::make_cpu_reference();  // (make_ops("cpu") is checked under CTRL_DEVICE=checked)
   DeviceArray<float> b(*cpu, 64, "x");
   EXPECT_EQ(b.data()[5], 0.0f);
 }
@@ -115,6 +121,39 @@ TEST(CheckedBackend, HostAccessWindowOpensOneBufferUntilItEnds) {
         (void)y;
       },
       "'grads'");
+}
+
+// Runs a shell command; returns its exit status and what it printed (2>&1 as given).
+int run(const std::string& cmd, std::string* out) {
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return -1;
+  char buf[4096];
+  size_t n;
+  out->clear();
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
+  const int status = pclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// --device reaches the backend in every command that computes: a run trained
+// on the checked backend generates on it, and gives the cpu backend's weights.
+TEST(CliDevice, TrainAndGenerateOnTheCheckedBackendMatchTheCpu) {
+  const std::string bin = CTRL_BINARY, base = test_support::fresh_dir("ctrl_device", "run");
+  const std::string common = " train --config tiny --set model.n_layer=1 --set model.n_ctx=16 --set model.vocab_size=50"
+                             " --set train.micro_batch=2 --set train.global_batch=4 --set train.steps=2"
+                             " --set train.eval_every=0 --quiet";
+  std::string out;
+  ASSERT_EQ(run(bin + common + " --device checked --out " + base + "_checked 2>&1", &out), 0) << out;
+  ASSERT_EQ(run("CTRL_DEVICE= " + bin + common + " --device cpu --out " + base + "_cpu 2>&1", &out), 0) << out;
+  const std::string ckpt = "/checkpoints/step-00000002.ckpt";
+  std::string a, b;
+  const std::string gen = " generate --control Synthetic --max-tokens 8 --ids --model ";
+  ASSERT_EQ(run(bin + gen + base + "_checked" + ckpt + " --device checked 2>&1", &a), 0) << a;
+  ASSERT_EQ(run("CTRL_DEVICE= " + bin + gen + base + "_cpu" + ckpt + " --device cpu 2>&1", &b), 0) << b;
+  EXPECT_EQ(a, b);
+  EXPECT_FALSE(a.empty());
+  EXPECT_NE(run(bin + common + " --device tpu --out " + base + "_bad 2>&1", &out), 0);
+  EXPECT_NE(out.find("train.device must be cpu or checked, got 'tpu'"), std::string::npos) << out;
 }
 
 }  // namespace

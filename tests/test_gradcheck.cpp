@@ -116,6 +116,15 @@ std::vector<float> minus(const std::vector<float>& a, const std::vector<float>& 
   return d;
 }
 
+// lm_head_loss's summed loss as a value (the CPU reference takes a host double).
+double head_loss(Ops& ops, TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D,
+                 int64_t V, float grad_scale, float* dh, float* dw, float* db, float* row_loss, float* scratch,
+                 int64_t chunk) {
+  double sum = 0;
+  ops.lm_head_loss(h, w, b, targets, N, D, V, grad_scale, dh, dw, db, &sum, row_loss, scratch, chunk);
+  return sum;
+}
+
 double max_abs_diff(const float* a, const float* b, size_t n) {
   double m = 0;
   for (size_t i = 0; i < n; ++i) m = std::max(m, double(std::abs(a[i] - b[i])));
@@ -349,14 +358,14 @@ TEST(GradCheck, LmHeadLossWithIgnoredTargetsAndGradScale) {
   auto h = randn(N * D, 1), w = randn(V * D, 2, 0.7), b = randn(V, 3, 0.5);
   std::vector<float> scratch(chunk * V);
   auto f = [&] {
-    return double(grad_scale) * ops->lm_head_loss(h.data(), w.data(), b.data(), targets.data(), N, D, V, 0.0f, nullptr,
+    return double(grad_scale) * head_loss(*ops, h.data(), w.data(), b.data(), targets.data(), N, D, V, 0.0f, nullptr,
                                                   nullptr, nullptr, nullptr, scratch.data(), chunk);
   };
   std::vector<float> dh(N * D, 1e3f);  // overwritten
   const auto dw0 = randn(V * D, 4), db0 = randn(V, 5);
   auto dw = dw0, db = db0;
   std::vector<float> row_loss(N, 1.0f);  // added to
-  const double total = ops->lm_head_loss(h.data(), w.data(), b.data(), targets.data(), N, D, V, grad_scale, dh.data(),
+  const double total = head_loss(*ops, h.data(), w.data(), b.data(), targets.data(), N, D, V, grad_scale, dh.data(),
                                          dw.data(), db.data(), row_loss.data(), scratch.data(), chunk);
   const auto dw_added = minus(dw, dw0), db_added = minus(db, db0);
   EXPECT_GRAD(check_gradient(h.data(), dh.data(), dh.size(), kSmoothStep, f), kSmoothTol, "lm_head dh");
@@ -392,7 +401,7 @@ TEST(GradCheck, LmHeadLossWithIgnoredTargetsAndGradScale) {
   // The chunk size changes nothing but the memory used.
   std::vector<float> scratch_all(N * V), dh_all(N * D), dw_all(V * D, 0.0f), db_all(V, 0.0f);
   const double total_all =
-      ops->lm_head_loss(h.data(), w.data(), b.data(), targets.data(), N, D, V, grad_scale, dh_all.data(), dw_all.data(),
+      head_loss(*ops, h.data(), w.data(), b.data(), targets.data(), N, D, V, grad_scale, dh_all.data(), dw_all.data(),
                         db_all.data(), nullptr, scratch_all.data(), N);
   EXPECT_NEAR(total_all, total, 1e-6);
   EXPECT_LT(max_abs_diff(dh_all.data(), dh.data(), dh.size()), 1e-6);
@@ -442,7 +451,7 @@ TEST(GradCheck, LmHeadAcrossVocabularyBlocksMatchesDoubleReference) {
     std::vector<float> scratch(chunk * V), dh(N * D), dw(V * D, 0.0f), db(V, 0.0f);
     const TensorRef h_ref = bf16 ? TensorRef(h16.data(), DType::BF16) : TensorRef(h.data());
     const TensorRef w_ref = bf16 ? TensorRef(w16.data(), DType::BF16) : TensorRef(w.data());
-    const double loss = ops->lm_head_loss(h_ref, w_ref, b.data(), targets.data(), N, D, V, grad_scale, dh.data(),
+    const double loss = head_loss(*ops, h_ref, w_ref, b.data(), targets.data(), N, D, V, grad_scale, dh.data(),
                                           dw.data(), db.data(), nullptr, scratch.data(), chunk);
     EXPECT_NEAR(loss, loss_ref, 1e-4 * loss_ref) << (bf16 ? "bf16" : "fp32");
     // Gradient error relative to each gradient's largest element: fp32 rounding,

@@ -46,7 +46,7 @@ struct Case {
   std::function<double(Ops&, const std::vector<void*>&)> run;
 };
 
-size_t element_size(DType t) { return t == DType::F32 || t == DType::I32 ? 4 : 2; }
+size_t element_size(DType t) { return t == DType::F64 ? 8 : t == DType::F32 || t == DType::I32 ? 4 : 2; }
 
 // The host values a slot starts from, as raw bytes of its type.
 std::vector<uint8_t> initial(const Slot& s, uint64_t seed) {
@@ -62,7 +62,8 @@ std::vector<uint8_t> initial(const Slot& s, uint64_t seed) {
       continue;
     }
     const float f = float(v);
-    if (s.dtype == DType::F32) std::memcpy(&bytes[i * 4], &f, 4);
+    if (s.dtype == DType::F64) std::memcpy(&bytes[i * 8], &v, 8);
+    else if (s.dtype == DType::F32) std::memcpy(&bytes[i * 4], &f, 4);
     else {
       const uint16_t h = s.dtype == DType::BF16 ? float_to_bf16(f) : float_to_f16(f);
       std::memcpy(&bytes[i * 2], &h, 2);
@@ -74,7 +75,9 @@ std::vector<uint8_t> initial(const Slot& s, uint64_t seed) {
 std::vector<double> as_doubles(const Slot& s, const std::vector<uint8_t>& bytes) {
   std::vector<double> out(s.n);
   for (size_t i = 0; i < s.n; ++i) {
-    if (s.dtype == DType::F32) {
+    if (s.dtype == DType::F64) {
+      std::memcpy(&out[i], &bytes[i * 8], 8);
+    } else if (s.dtype == DType::F32) {
       float f;
       std::memcpy(&f, &bytes[i * 4], 4);
       out[i] = f;
@@ -282,17 +285,28 @@ std::vector<Case> all_cases() {
              t == F32 ? 1e-5 : 2e-2,
              {in(t, size_t(N * D)), in(t, size_t(V * D)), in(F32, size_t(V)), ids(size_t(N), V, true),
               out(F32, size_t(N * D)), out(F32, size_t(V * D)), out(F32, size_t(V)), out(F32, size_t(N)),
-              in(F32, size_t(chunk * V), Init::Zero)},
+              in(F32, size_t(chunk * V), Init::Zero), out(DType::F64, 1)},
              [=](Ops& ops, const std::vector<void*>& p) {
-               return ops.lm_head_loss({p[0], t}, {p[1], t}, F(p[2]), I(p[3]), N, D, V, 0.25f,
-                                       training ? F(p[4]) : nullptr, training ? F(p[5]) : nullptr,
-                                       training ? F(p[6]) : nullptr, F(p[7]), F(p[8]), chunk);
+               ops.lm_head_loss({p[0], t}, {p[1], t}, F(p[2]), I(p[3]), N, D, V, 0.25f, training ? F(p[4]) : nullptr,
+                                training ? F(p[5]) : nullptr, training ? F(p[6]) : nullptr,
+                                static_cast<double*>(p[9]), F(p[7]), F(p[8]), chunk);
+               return 0.0;
              }});
       }
   // Reductions, scaling and the optimizer updates over segments that skip padding.
-  cases.push_back({"sum_squares n1037", 1e-6, {in(F32, 1037)}, [](Ops& ops, const std::vector<void*>& p) {
-                     return ops.sum_squares(F(p[0]), 1037);
+  cases.push_back({"sum_squares n1037 (adds)", 1e-6, {in(F32, 1037), out(DType::F64, 1)},
+                   [](Ops& ops, const std::vector<void*>& p) {
+                     ops.sum_squares(F(p[0]), 1037, static_cast<double*>(p[1]));
+                     return 0.0;
                    }});
+  // The clip factor: clipping, no clipping, disabled, and fp16 unscaling by 2^10.
+  for (auto [scale, max_norm] : std::vector<std::array<double, 2>>{{1, 0.5}, {1, 1e6}, {1, 0}, {1024, 0.5}})
+    cases.push_back({"clip_factor scale " + std::to_string(scale) + " max " + std::to_string(max_norm), 1e-7,
+                     {in(DType::F64, 1, Init::Positive), out(F32, 1, Init::Zero)},
+                     [=](Ops& ops, const std::vector<void*>& p) {
+                       ops.clip_factor(static_cast<double*>(p[0]), scale, max_norm, F(p[1]));
+                       return 0.0;
+                     }});
   cases.push_back({"scale n1037", 0, {out(F32, 1037)}, [](Ops& ops, const std::vector<void*>& p) {
                      ops.scale(F(p[0]), 1037, 0.37f);
                      return 0.0;
@@ -302,17 +316,22 @@ std::vector<Case> all_cases() {
                      return 0.0;
                    }});
   const std::vector<UpdateSegment> segments = {{0, 0, 13, 0.1f}, {16, 16, 1, 0.0f}, {32, 20, 999, 0.1f}};
-  cases.push_back({"adamw_update", 1e-6,
-                   {out(F32, 1040), in(F32, 1040), out(F32, 1040), out(F32, 1040, Init::Positive)},
-                   [=](Ops& ops, const std::vector<void*>& p) {
-                     ops.adamw_update(F(p[0]), F(p[1]), F(p[2]), F(p[3]), segments, 1e-2f, 0.9f, 0.95f, 1e-8f, 3);
-                     return 0.0;
-                   }});
-  cases.push_back({"adagrad_update", 1e-6, {out(F32, 1040), in(F32, 1040), out(F32, 1040, Init::Positive)},
-                   [=](Ops& ops, const std::vector<void*>& p) {
-                     ops.adagrad_update(F(p[0]), F(p[1]), F(p[2]), segments, 5e-2f);
-                     return 0.0;
-                   }});
+  for (bool factor : {false, true}) {  // with a gradient factor (clip_factor's) and without
+    cases.push_back({std::string("adamw_update") + (factor ? " factor" : ""), 1e-6,
+                     {out(F32, 1040), in(F32, 1040), out(F32, 1040), out(F32, 1040, Init::Positive),
+                      in(F32, 1, Init::Positive)},
+                     [=](Ops& ops, const std::vector<void*>& p) {
+                       ops.adamw_update(F(p[0]), F(p[1]), F(p[2]), F(p[3]), segments, 1e-2f, 0.9f, 0.95f, 1e-8f, 3,
+                                        factor ? F(p[4]) : nullptr);
+                       return 0.0;
+                     }});
+    cases.push_back({std::string("adagrad_update") + (factor ? " factor" : ""), 1e-6,
+                     {out(F32, 1040), in(F32, 1040), out(F32, 1040, Init::Positive), in(F32, 1, Init::Positive)},
+                     [=](Ops& ops, const std::vector<void*>& p) {
+                       ops.adagrad_update(F(p[0]), F(p[1]), F(p[2]), segments, 5e-2f, factor ? F(p[3]) : nullptr);
+                       return 0.0;
+                     }});
+  }
   return cases;
 }
 

@@ -113,4 +113,38 @@ TEST(Clip, LeavesGradientsAloneWhenBelowOrDisabled) {
   }
 }
 
+// The trainer's fused path: clip_factor from the backend's sum of squares
+// gives torch's clip factor, times 1/loss_scale under fp16, and the update
+// applies it; clipping the gradients first and updating with factor 1 is the same.
+TEST(Clip, FactorOpUnscalesAndClipsLikeClipGradNorm) {
+  ClipFixture f;
+  DeviceArray<double> sum(*f.ops, 1, "sum");
+  DeviceArray<float> factor(*f.ops, 1, "factor");
+  f.ops->sum_squares(f.grads.data(), f.grads.size(), sum.data());
+  f.ops->clip_factor(sum.data(), 1.0, 1.0, factor.data());
+  EXPECT_EQ(factor.to_host()[0], float(1.0 / (5.0 + 1e-6)));
+  f.ops->clip_factor(sum.data(), 1.0, 10.0, factor.data());
+  EXPECT_EQ(factor.to_host()[0], 1.0f);  // below the limit: unscaled, unclipped
+  f.ops->clip_factor(sum.data(), 1.0, 0.0, factor.data());
+  EXPECT_EQ(factor.to_host()[0], 1.0f);  // clipping disabled
+  // fp16: gradients scaled by 2^10 have 2^20 times the squares; the norm is of the unscaled ones.
+  const double scaled = 25.0 * 1024.0 * 1024.0;
+  sum.upload(&scaled, 1);
+  f.ops->clip_factor(sum.data(), 1024.0, 1.0, factor.data());
+  EXPECT_EQ(factor.to_host()[0], float(1.0 / 1024.0 / (5.0 + 1e-6)));
+  // The fused update equals clip-then-update bit for bit.
+  ClipFixture g;
+  TrainConfig tc;
+  Optimizer fused(tc, f.layout, *f.ops), separate(tc, g.layout, *g.ops);
+  DeviceArray<float> pf(*f.ops, f.layout.total, "p"), ps(*g.ops, g.layout.total, "p");
+  sum.upload(std::vector<double>{0.0}.data(), 1);
+  f.ops->sum_squares(f.grads.data(), f.grads.size(), sum.data());
+  f.ops->clip_factor(sum.data(), 1.0, 1.0, factor.data());
+  fused.step(pf, f.grads, 1e-2, factor.data());
+  separate.clip(g.grads, 1.0);
+  separate.step(ps, g.grads, 1e-2);
+  EXPECT_EQ(pf.to_host(), ps.to_host());
+  EXPECT_NE(pf.to_host(), std::vector<float>(f.layout.total, 0.0f));
+}
+
 }  // namespace

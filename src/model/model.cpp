@@ -217,26 +217,37 @@ TensorRef Model::layernorm_input(size_t stream, size_t rounded, size_t n) {
   return inner(rounded);
 }
 
+void Model::head_loss(int64_t N, float grad_scale, bool training, float* row_loss, double* loss_sum, double* sum) {
+  const auto& A = acts_layout_;
+  DeviceArray<double> own;
+  if (!loss_sum) {
+    own = DeviceArray<double>(ops_, 1, "model.loss_sum");
+    loss_sum = own.data();
+  }
+  ops_.lm_head_loss(head_input(), weight(wte_), params.data() + head_b_, targets_.data(), N, embedding_width(config_),
+                    config_.vocab_size, grad_scale, training ? d_head() : nullptr,
+                    training ? grads.data() + wte_ : nullptr, training ? grads.data() + head_b_ : nullptr, loss_sum,
+                    row_loss, act(A.logits), A.logits_rows);
+  if (own.size()) own.download(sum, 1);
+}
+
 LossSum Model::forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float grad_scale,
-                                uint64_t dropout_seed, uint64_t first_sequence) {
+                                uint64_t dropout_seed, uint64_t first_sequence, double* loss_sum) {
   first_index_ = first_sequence * uint64_t(T * config_.d_model);
   upload_batch(tokens, targets, B * T);
   forward(B, T, true, dropout_seed);
-  const auto& A = acts_layout_;
   const int64_t N = B * T;
   LossSum loss;
   for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
-  loss.sum = ops_.lm_head_loss(head_input(), weight(wte_), params.data() + head_b_, targets_.data(), N,
-                               embedding_width(config_), config_.vocab_size, grad_scale, d_head(), grads.data() + wte_,
-                               grads.data() + head_b_, nullptr, act(A.logits), A.logits_rows);
+  head_loss(N, grad_scale, true, nullptr, loss_sum, &loss.sum);
   backward(B, T, true, dropout_seed);
   return loss;
 }
 
-LossSum Model::evaluate(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float* row_loss) {
+LossSum Model::evaluate(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float* row_loss,
+                        double* loss_sum) {
   upload_batch(tokens, targets, B * T);
   forward(B, T, false, 0);
-  const auto& A = acts_layout_;
   const int64_t N = B * T;
   LossSum loss;
   for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
@@ -246,10 +257,7 @@ LossSum Model::evaluate(const int32_t* tokens, const int32_t* targets, int64_t B
     row_loss_.upload(row_loss, size_t(N));
     rows = row_loss_.data();
   }
-  loss.sum =
-      ops_.lm_head_loss(head_input(), weight(wte_), params.data() + head_b_, targets_.data(), N,
-                        embedding_width(config_), config_.vocab_size, 0.0f, nullptr, nullptr, nullptr, rows,
-                        act(A.logits), A.logits_rows);
+  head_loss(N, 0.0f, false, rows, loss_sum, &loss.sum);
   if (row_loss) row_loss_.download(row_loss, size_t(N));
   return loss;
 }

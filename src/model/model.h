@@ -52,21 +52,25 @@ class Model {
   // elements (zero padding at the end), so equal shards tile them exactly.
   void pad_buffers(size_t total);
 
-  // One micro-batch: tokens and targets are [B, T] (T <= n_ctx, targets < 0
-  // ignored). Adds grad_scale · ∂(Σ token losses)/∂θ to the gradients. Dropout
+  // One micro-batch: tokens and targets are [B, T] host arrays (T <= n_ctx,
+  // targets < 0 ignored), which the model uploads into its own backend
+  // buffers (it counts the targets on the host). Adds grad_scale · ∂(Σ token losses)/∂θ to the gradients. Dropout
   // masks derive from dropout_seed and the global index of the batch's first
   // sequence (first_sequence), so they do not depend on how a global batch is
   // split. Returns the summed loss.
+  // With loss_sum (one double of backend memory) the summed loss is added
+  // there and not read back (LossSum::sum is 0): the trainer reads it once per
+  // optimizer step. Without, it is read back into LossSum::sum.
   LossSum forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float grad_scale,
-                           uint64_t dropout_seed, uint64_t first_sequence = 0);
-  // tokens and targets are host arrays; the model uploads them into its own
-  // backend buffers (the counting of targets happens on the host).
+                           uint64_t dropout_seed, uint64_t first_sequence = 0, double* loss_sum = nullptr);
   // Called after the backward pass has issued each transformer layer's
   // parameter gradients (layers in reverse order), e.g. to start reducing them
   // once a fence (Ops::synchronize) says they are written.
   void set_layer_backward_hook(std::function<void(int layer)> hook) { layer_hook_ = std::move(hook); }
   // Forward without dropout or gradients. row_loss (optional, host, [B*T]) gets each token's loss added.
-  LossSum evaluate(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float* row_loss = nullptr);
+  // loss_sum as for forward_backward.
+  LossSum evaluate(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float* row_loss = nullptr,
+                   double* loss_sum = nullptr);
   // Full logits [B, T, V] into host memory, for tests and small models.
   void logits(const int32_t* tokens, int64_t B, int64_t T, float* out);
 
@@ -75,6 +79,8 @@ class Model {
  private:
   // Uploads B*T host tokens (and targets, if not null) into the model's buffers.
   void upload_batch(const int32_t* tokens, const int32_t* targets, int64_t n);
+  // The head and loss over the current batch, adding the summed loss to loss_sum, or reading it into *sum.
+  void head_loss(int64_t N, float grad_scale, bool training, float* row_loss, double* loss_sum, double* sum);
   void forward(int64_t B, int64_t T, bool training, uint64_t seed);
   // Layer l's forward from its saved input x_in. With to_output it ends in the
   // next layer's input (or x_out); without, it stops once everything the

@@ -127,9 +127,9 @@ class OpsDecorator : public Ops {
     args("copy", {{dst.data, "dst"}, {src.data, "src"}});
     inner_->copy(dst, src, n);
   }
-  double lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D,
-                      int64_t V, float grad_scale, float* dh, float* dw, float* db, float* row_loss, float* scratch,
-                      int64_t chunk_rows) override {
+  void lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D,
+                    int64_t V, float grad_scale, float* dh, float* dw, float* db, double* loss_sum, float* row_loss,
+                    float* scratch, int64_t chunk_rows) override {
     Scope s(*this, "lm_head_loss");
     args("lm_head_loss", {{h.data, "h"},
                           {w.data, "w"},
@@ -138,14 +138,20 @@ class OpsDecorator : public Ops {
                           {dh, "dh"},
                           {dw, "dw"},
                           {db, "db"},
+                          {loss_sum, "loss_sum"},
                           {row_loss, "row_loss"},
                           {scratch, "scratch"}});
-    return inner_->lm_head_loss(h, w, b, targets, N, D, V, grad_scale, dh, dw, db, row_loss, scratch, chunk_rows);
+    inner_->lm_head_loss(h, w, b, targets, N, D, V, grad_scale, dh, dw, db, loss_sum, row_loss, scratch, chunk_rows);
   }
-  double sum_squares(const float* x, size_t n) override {
+  void sum_squares(const float* x, size_t n, double* out) override {
     Scope s(*this, "sum_squares");
-    args("sum_squares", {{x, "x"}});
-    return inner_->sum_squares(x, n);
+    args("sum_squares", {{x, "x"}, {out, "out"}});
+    inner_->sum_squares(x, n, out);
+  }
+  void clip_factor(const double* sum_squares, double loss_scale, double max_norm, float* factor) override {
+    Scope s(*this, "clip_factor");
+    args("clip_factor", {{sum_squares, "sum_squares"}, {factor, "factor"}});
+    inner_->clip_factor(sum_squares, loss_scale, max_norm, factor);
   }
   void scale(float* x, size_t n, float factor) override {
     Scope s(*this, "scale");
@@ -158,16 +164,16 @@ class OpsDecorator : public Ops {
     inner_->fill(x, n, value);
   }
   void adamw_update(float* params, const float* grads, float* m, float* v, const std::vector<UpdateSegment>& segments,
-                    float lr, float beta1, float beta2, float eps, int64_t t) override {
+                    float lr, float beta1, float beta2, float eps, int64_t t, const float* grad_factor) override {
     Scope s(*this, "adamw_update");
-    args("adamw_update", {{params, "params"}, {grads, "grads"}, {m, "m"}, {v, "v"}});
-    inner_->adamw_update(params, grads, m, v, segments, lr, beta1, beta2, eps, t);
+    args("adamw_update", {{params, "params"}, {grads, "grads"}, {m, "m"}, {v, "v"}, {grad_factor, "grad_factor"}});
+    inner_->adamw_update(params, grads, m, v, segments, lr, beta1, beta2, eps, t, grad_factor);
   }
   void adagrad_update(float* params, const float* grads, float* acc, const std::vector<UpdateSegment>& segments,
-                      float lr) override {
+                      float lr, const float* grad_factor) override {
     Scope s(*this, "adagrad_update");
-    args("adagrad_update", {{params, "params"}, {grads, "grads"}, {acc, "acc"}});
-    inner_->adagrad_update(params, grads, acc, segments, lr);
+    args("adagrad_update", {{params, "params"}, {grads, "grads"}, {acc, "acc"}, {grad_factor, "grad_factor"}});
+    inner_->adagrad_update(params, grads, acc, segments, lr, grad_factor);
   }
 
  protected:

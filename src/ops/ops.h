@@ -159,28 +159,38 @@ class Ops {
   // The output head fused with the loss, over row chunks of `chunk_rows` so
   // that [N,V] logits never exist whole: logits = h·wᵀ + b, loss per row =
   // logsumexp - logit[target]; rows whose target is negative are ignored.
-  // Returns the sum of row losses and adds them per row to row_loss if not null.
+  // Adds the sum of row losses to *loss_sum (one double of backend memory:
+  // micro-batches accumulate there, and the host reads it once per step) and
+  // each row's loss to row_loss if not null.
   // If dh is not null (training), also: dh = ∂(grad_scale·Σloss)/∂h
   // (overwritten), dw += , db += . `scratch` holds chunk_rows×V floats.
-  virtual double lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D,
-                              int64_t V, float grad_scale, float* dh, float* dw, float* db, float* row_loss,
-                              float* scratch, int64_t chunk_rows) = 0;
+  virtual void lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D,
+                            int64_t V, float grad_scale, float* dh, float* dw, float* db, double* loss_sum,
+                            float* row_loss, float* scratch, int64_t chunk_rows) = 0;
 
-  // Σ x² in double, for the global gradient norm.
-  virtual double sum_squares(const float* x, size_t n) = 0;
+  // *out += Σ x² in double (one double of backend memory), for the global gradient norm.
+  virtual void sum_squares(const float* x, size_t n, double* out) = 0;
+  // The factor the optimizer update multiplies the gradients by, from the
+  // summed squares of the loss-scaled gradients (backend double): unscaling
+  // and torch.nn.utils.clip_grad_norm_'s clipping in one number,
+  // 1/loss_scale × (max_norm / (norm + 1e-6) if that is below 1, else 1), with
+  // norm = √sum_squares / loss_scale; max_norm <= 0 disables clipping. Into *factor (backend float).
+  virtual void clip_factor(const double* sum_squares, double loss_scale, double max_norm, float* factor) = 0;
   virtual void scale(float* x, size_t n, float factor) = 0;
   virtual void fill(float* x, size_t n, float value) = 0;
 
   // Optimizer updates over a list of segments (one per parameter tensor or
   // part of one), in one pass: segment k updates params[param_offset, +n)
-  // from grads and state at [state_offset, +n).
+  // from grads and state at [state_offset, +n). The gradient used is
+  // grads[i] × *grad_factor (a backend float from clip_factor: unscaling and
+  // clipping fused into the update), or grads[i] when grad_factor is null.
   // PyTorch AdamW: p -= lr·wd·p; m, v moments; p -= lr/(1-β1ᵗ) · m / (√v/√(1-β2ᵗ) + eps).
   virtual void adamw_update(float* params, const float* grads, float* m, float* v,
                             const std::vector<UpdateSegment>& segments, float lr, float beta1, float beta2, float eps,
-                            int64_t t) = 0;
+                            int64_t t, const float* grad_factor) = 0;
   // TensorFlow Adagrad: acc += g²; p -= lr · g / √acc (acc starts at a positive value, no epsilon).
   virtual void adagrad_update(float* params, const float* grads, float* acc, const std::vector<UpdateSegment>& segments,
-                              float lr) = 0;
+                              float lr, const float* grad_factor) = 0;
 };
 
 // The backends this build has, in the order the op tests run them: "cpu", "checked".

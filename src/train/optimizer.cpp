@@ -18,7 +18,11 @@ Optimizer::Optimizer(const TrainConfig& config, const ParamLayout& layout, Ops& 
 }
 
 double Optimizer::grad_norm(const DeviceArray<float>& grads) const {
-  return std::sqrt(ops_.sum_squares(grads.data(), grads.size()));
+  DeviceArray<double> sum(ops_, 1, "optimizer.sum_squares");
+  ops_.sum_squares(grads.data(), grads.size(), sum.data());
+  double host = 0;
+  sum.download(&host, 1);
+  return std::sqrt(host);
 }
 
 double Optimizer::clip(DeviceArray<float>& grads, double max_norm) const {
@@ -30,7 +34,7 @@ double Optimizer::clip(DeviceArray<float>& grads, double max_norm) const {
   return norm;
 }
 
-void Optimizer::step(DeviceArray<float>& params, const float* shard_grads, double lr) {
+void Optimizer::step(DeviceArray<float>& params, const float* shard_grads, double lr, const float* grad_factor) {
   ++t_;
   if (segments_.empty()) {  // the parts of each tensor inside the shard, computed once
     const size_t end = shard_begin_ + shard_size_;
@@ -42,9 +46,9 @@ void Optimizer::step(DeviceArray<float>& params, const float* shard_grads, doubl
   }
   if (config_.optimizer == "adamw")
     ops_.adamw_update(params.data(), shard_grads, m_.data(), v_.data(), segments_, float(lr), float(config_.beta1),
-                      float(config_.beta2), float(config_.eps), t_);
+                      float(config_.beta2), float(config_.eps), t_, grad_factor);
   else
-    ops_.adagrad_update(params.data(), shard_grads, v_.data(), segments_, float(lr));
+    ops_.adagrad_update(params.data(), shard_grads, v_.data(), segments_, float(lr), grad_factor);
 }
 
 std::vector<std::pair<std::string, DeviceArray<float>*>> Optimizer::state() {

@@ -21,17 +21,21 @@ class Optimizer {
   Optimizer(const TrainConfig& config, const ParamLayout& layout, Ops& ops, size_t shard_begin = 0,
             size_t shard_size = 0);
 
-  // Global L2 norm of the gradients (backend buffers, like every buffer here).
+  // Global L2 norm of the gradients (backend buffers, like every buffer here;
+  // reads one scalar back: for tools and tests, the trainer uses clip_factor).
   double grad_norm(const DeviceArray<float>& grads) const;
   // Scales gradients so their norm is at most max_norm, as
   // torch.nn.utils.clip_grad_norm_ does (factor max_norm / (norm + 1e-6)).
   // Returns the norm before clipping.
   double clip(DeviceArray<float>& grads, double max_norm) const;
   // One update of the shard with learning rate lr; shard_grads[i] is the
-  // gradient of element shard_begin + i. Increments step_count().
-  void step(DeviceArray<float>& params, const float* shard_grads, double lr);
-  void step(DeviceArray<float>& params, const DeviceArray<float>& grads, double lr) {
-    step(params, grads.data() + shard_begin_, lr);
+  // gradient of element shard_begin + i, used multiplied by *grad_factor (a
+  // backend float from Ops::clip_factor: unscaling and clipping in the same
+  // pass; null: 1). Increments step_count().
+  void step(DeviceArray<float>& params, const float* shard_grads, double lr, const float* grad_factor = nullptr);
+  void step(DeviceArray<float>& params, const DeviceArray<float>& grads, double lr,
+            const float* grad_factor = nullptr) {
+    step(params, grads.data() + shard_begin_, lr, grad_factor);
   }
 
   int64_t step_count() const { return t_; }

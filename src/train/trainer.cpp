@@ -97,13 +97,16 @@ std::vector<CodeLoss> evaluate_held_out(Model& model, const Batches& batches, in
       mine_targets.insert(mine_targets.end(), targets.begin() + i * T, targets.begin() + (i + 1) * T);
     }
     const int64_t mine = int64_t(mine_tokens.size()) / T;
+    // The loss accumulates in backend memory; the host reads it once per code.
+    DeviceArray<double> loss_sum(model.ops(), 1, "eval.loss_sum");
     double sums[2] = {0, 0};
     for (int64_t i = 0; i < mine; i += batch) {
       const int64_t b = std::min(batch, mine - i);
-      const LossSum l = model.evaluate(mine_tokens.data() + i * T, mine_targets.data() + i * T, b, T);
-      sums[0] += l.sum;
+      const LossSum l =
+          model.evaluate(mine_tokens.data() + i * T, mine_targets.data() + i * T, b, T, nullptr, loss_sum.data());
       sums[1] += double(l.count);
     }
+    loss_sum.download(&sums[0], 1);
     if (comm) comm->all_reduce_sum(sums, 2);
     out.push_back({batches.code_name(c), sums[1] > 0 ? sums[0] / sums[1] : 0.0, int64_t(sums[1])});
   }
@@ -208,6 +211,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   const size_t seq = size_t(t.micro_batch * config_.model.n_ctx);
   tokens_.resize(seq);
   targets_.resize(seq);
+  scalars_ = DeviceArray<double>(*ops_, 2, "trainer.scalars");
+  grad_factor_ = DeviceArray<float>(*ops_, 1, "trainer.grad_factor");
 }
 
 // Rank 0 initializes or loads the weights, optimizer state and position;
@@ -266,7 +271,11 @@ void Trainer::train_step() {
   const float grad_scale = float(loss_scale / double(t.global_batch * T));
   const auto start = Clock::now();
   model_->zero_grads();
-  double loss_sum = 0;
+  // Backend scalars: [0] Σ loss over the step's micro-batches, [1] Σ g² of the gradients.
+  const double zeros[2] = {0, 0};
+  scalars_.upload(zeros, 2);
+  double* loss_sum = scalars_.data();
+  double* sum_squares = scalars_.data() + 1;
   const int64_t first = state_.next_sequence + comm_->rank() * per_rank;
   for (int64_t m = 0; m < micro_steps; ++m) {
     const int64_t seq = first + m * t.micro_batch;
@@ -278,54 +287,49 @@ void Trainer::train_step() {
         if (hi > lo) start_reduce(lo, hi - lo);
       });
     batches_->train(seq, t.micro_batch, tokens_.data(), targets_.data());
-    loss_sum += model_->forward_backward(tokens_.data(), targets_.data(), t.micro_batch, T, grad_scale,
-                                         random_bits(t.seed, kDropoutStream, 0), uint64_t(seq))
-                    .sum;
+    model_->forward_backward(tokens_.data(), targets_.data(), t.micro_batch, T, grad_scale,
+                             random_bits(t.seed, kDropoutStream, 0), uint64_t(seq), loss_sum);
     if (overlap) model_->set_layer_backward_hook(nullptr);
   }
   state_.next_sequence += t.global_batch;
-  comm_->all_reduce_sum(&loss_sum, 1);
-  const double loss = loss_sum / double(t.global_batch * T);
-  const double lr = learning_rate(t, state_.step);
-  double norm;
-  // fp16: a step whose gradients (or loss) overflowed is skipped and the scale backs off.
-  auto scaler_allows_step = [&](double sum_of_squares) {
-    if (!fp16) return true;
-    LossScaler scaler(loss_scale, t.loss_scale_window);
-    scaler.restore(state_.scaler);
-    const bool ok = scaler.update(std::isfinite(sum_of_squares) && std::isfinite(loss));
-    state_.scaler = scaler.state();
-    return ok;
-  };
+  // ZeRO-1: reduce-scatter gives this rank the summed gradients of its shard;
+  // otherwise the all-reduced gradients are whole on every rank.
+  const DeviceArray<float>& grads = options_.zero == 1 ? grad_shard_ : model_->grads;
   if (options_.zero == 1) {
-    // Reduce-scatter: this rank gets the summed gradients of its shard, clips
-    // them with the global norm, updates its shard, and all-gather shares the result.
-    const size_t shard = grad_shard_.size();
     ops_->synchronize();  // the backward's gradients are written
-    {
-      HostAccess lend_grads(*ops_, model_->grads.data()), lend_shard(*ops_, grad_shard_.data());
-      comm_->reduce_scatter_sum(model_->grads.data(), grad_shard_.data(), shard);
-    }
-    double sq = ops_->sum_squares(grad_shard_.data(), shard);
-    comm_->all_reduce_sum(&sq, 1);
-    norm = std::sqrt(sq) / loss_scale;
-    if (scaler_allows_step(sq)) {
-      double factor = 1.0 / loss_scale;
-      if (t.clip_norm > 0 && t.clip_norm / (norm + 1e-6) < 1.0) factor *= t.clip_norm / (norm + 1e-6);
-      if (factor != 1.0) ops_->scale(grad_shard_.data(), shard, float(factor));
-      optimizer_->step(model_->params, grad_shard_.data(), lr);
-      ops_->synchronize();
-      HostAccess lend(*ops_, model_->params.data());
-      comm_->all_gather(model_->params.data() + optimizer_->shard_begin(), model_->params.data(), shard);
-    }
+    HostAccess lend_grads(*ops_, model_->grads.data()), lend_shard(*ops_, grad_shard_.data());
+    comm_->reduce_scatter_sum(model_->grads.data(), grad_shard_.data(), grad_shard_.size());
   } else {
     reduce_gradients();
-    const double sq = fp16 ? ops_->sum_squares(model_->grads.data(), model_->grads.size()) : 0.0;
-    norm = std::sqrt(sq) / loss_scale;
-    if (scaler_allows_step(sq)) {
-      if (fp16) ops_->scale(model_->grads.data(), model_->grads.size(), float(1.0 / loss_scale));
-      norm = optimizer_->clip(model_->grads, t.clip_norm);
-      optimizer_->step(model_->params, model_->grads, lr);
+  }
+  ops_->sum_squares(grads.data(), grads.size(), sum_squares);
+  if (ranks > 1) {  // the loss, and under ZeRO-1 the shards' squares, summed over ranks
+    ops_->synchronize();
+    HostAccess lend(*ops_, scalars_.data());
+    comm_->all_reduce_sum(scalars_.data(), options_.zero == 1 ? 2 : 1);
+  }
+  // Unscaling (fp16) and clipping, as one factor that the update applies.
+  ops_->clip_factor(sum_squares, loss_scale, t.clip_norm, grad_factor_.data());
+  double host[2];
+  scalars_.download(host, 2);  // the step's one read of backend scalars
+  const double loss = host[0] / double(t.global_batch * T), sq = host[1];
+  const double norm = std::sqrt(sq) / loss_scale;
+  const double lr = learning_rate(t, state_.step);
+  // fp16: a step whose gradients (or loss) overflowed is skipped and the scale backs off.
+  bool step = true;
+  if (fp16) {
+    LossScaler scaler(loss_scale, t.loss_scale_window);
+    scaler.restore(state_.scaler);
+    step = scaler.update(std::isfinite(sq) && std::isfinite(loss));
+    state_.scaler = scaler.state();
+  }
+  if (step) {
+    optimizer_->step(model_->params, grads.data(), lr, grad_factor_.data());
+    if (options_.zero == 1) {  // every rank's updated shard to every rank
+      ops_->synchronize();
+      HostAccess lend(*ops_, model_->params.data());
+      comm_->all_gather(model_->params.data() + optimizer_->shard_begin(), model_->params.data(),
+                        grad_shard_.size());
     }
   }
   ++state_.step;

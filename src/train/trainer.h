@@ -72,13 +72,16 @@ class Trainer {
   TrainerOptions options_;
   std::unique_ptr<Communicator> own_comm_;
   Communicator* comm_ = nullptr;
+  // The backend: declared before every buffer it allocated, so it outlives them.
+  std::unique_ptr<Ops> ops_;
   // Gradient buckets: one per transformer layer (reduced while backward
   // continues), then the rest (embedding, final LayerNorm, head bias).
   std::vector<std::pair<size_t, size_t>> layer_ranges_;
   std::vector<int> pending_;
   DeviceArray<float> grad_shard_;  // ZeRO-1: this rank's share of the summed gradients
   bool grads_lent_ = false;         // the communicator holds model grads (begin_host_access)
-  std::unique_ptr<Ops> ops_;
+  DeviceArray<double> scalars_;     // per step: Σ loss, Σ g² (read by the host once per step)
+  DeviceArray<float> grad_factor_;  // unscale × clip factor, applied by the optimizer update
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::shared_ptr<const Dataset> dataset_;

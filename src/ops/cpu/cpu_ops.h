@@ -46,16 +46,17 @@ class CpuOps final : public Ops {
   void dropout(TensorRef x, size_t n, const DropoutSpec& spec) override;
   void residual_add(TensorRef y, TensorRef x, TensorRef b, size_t n, const DropoutSpec& spec) override;
   void copy(TensorRef dst, TensorRef src, size_t n) override;
-  double lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D, int64_t V,
-                      float grad_scale, float* dh, float* dw, float* db, float* row_loss, float* scratch,
-                      int64_t chunk_rows) override;
-  double sum_squares(const float* x, size_t n) override;
+  void lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D, int64_t V,
+                    float grad_scale, float* dh, float* dw, float* db, double* loss_sum, float* row_loss, float* scratch,
+                    int64_t chunk_rows) override;
+  void sum_squares(const float* x, size_t n, double* out) override;
+  void clip_factor(const double* sum_squares, double loss_scale, double max_norm, float* factor) override;
   void scale(float* x, size_t n, float factor) override;
   void fill(float* x, size_t n, float value) override;
   void adamw_update(float* params, const float* grads, float* m, float* v, const std::vector<UpdateSegment>& segments,
-                    float lr, float beta1, float beta2, float eps, int64_t t) override;
+                    float lr, float beta1, float beta2, float eps, int64_t t, const float* grad_factor) override;
   void adagrad_update(float* params, const float* grads, float* acc, const std::vector<UpdateSegment>& segments,
-                      float lr) override;
+                      float lr, const float* grad_factor) override;
 
  private:
   std::vector<float> positions_;  // cached sinusoidal table [T, D]

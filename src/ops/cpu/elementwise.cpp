@@ -1,6 +1,8 @@
 // Element-wise ops: ReLU, dropout, residual add, copy, scale, fill, Σx².
 #include <omp.h>
 
+#include <cmath>
+
 #include <vector>
 
 #include "core/rng.h"
@@ -75,7 +77,7 @@ void CpuOps::copy(TensorRef dst, TensorRef src, size_t n) {
   for (size_t i = 0; i < n; ++i) d[i] = s[i];
 }
 
-double CpuOps::sum_squares(const float* x, size_t n) {
+void CpuOps::sum_squares(const float* x, size_t n, double* out) {
   const int threads = omp_get_max_threads();
   std::vector<double> partial(size_t(threads), 0.0);
 #pragma omp parallel num_threads(threads)
@@ -87,7 +89,14 @@ double CpuOps::sum_squares(const float* x, size_t n) {
   }
   double total = 0;
   for (double p : partial) total += p;
-  return total;
+  *out += total;
+}
+
+void CpuOps::clip_factor(const double* sum_squares, double loss_scale, double max_norm, float* factor) {
+  const double norm = std::sqrt(*sum_squares) / loss_scale;
+  double f = 1.0 / loss_scale;
+  if (max_norm > 0 && max_norm / (norm + 1e-6) < 1.0) f *= max_norm / (norm + 1e-6);
+  *factor = float(f);
 }
 
 void CpuOps::scale(float* x, size_t n, float factor) {

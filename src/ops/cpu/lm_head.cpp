@@ -25,9 +25,9 @@ constexpr int64_t kVocabBlock = 2048;
 constexpr int64_t kBlockStride = kVocabBlock + 32;
 }  // namespace
 
-double CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const int32_t* targets, int64_t N,
-                            int64_t D, int64_t V, float grad_scale, float* dh, float* dw, float* db, float* row_loss,
-                            float* scratch, int64_t chunk_rows) {
+void CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const int32_t* targets, int64_t N,
+                          int64_t D, int64_t V, float grad_scale, float* dh, float* dw, float* db, double* loss_sum,
+                          float* row_loss, float* scratch, int64_t chunk_rows) {
   // bf16: h and w are bf16; the logits, softmax and loss stay fp32, and the two
   // backward products take a bf16 copy of each block's logit gradients.
   // fp16 widens h and w to fp32 (this CPU has no fp16 products).
@@ -122,7 +122,7 @@ double CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, co
     total += losses[size_t(r)];
     if (row_loss) row_loss[r] += float(losses[size_t(r)]);
   }
-  return total;
+  *loss_sum += total;
 }
 
 }  // namespace ctrl::cpu

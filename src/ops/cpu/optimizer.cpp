@@ -31,11 +31,12 @@ void for_my_share(const std::vector<UpdateSegment>& segments, F&& update) {
 
 void CpuOps::adamw_update(float* params, const float* grads, float* m, float* v,
                           const std::vector<UpdateSegment>& segments, float lr, float beta1, float beta2, float eps,
-                          int64_t t) {
+                          int64_t t, const float* grad_factor) {
   // The same arithmetic as torch.optim.AdamW (single-tensor path), in fp32.
   const double bias1 = 1.0 - std::pow(double(beta1), double(t));
   const float step_size = float(double(lr) / bias1);
   const float bias2_sqrt = float(std::sqrt(1.0 - std::pow(double(beta2), double(t))));
+  const float factor = grad_factor ? *grad_factor : 1.0f;
 #pragma omp parallel
   for_my_share(segments, [&](const UpdateSegment& s, size_t first, size_t count) {
     float* p = params + s.param_offset + first;
@@ -45,7 +46,7 @@ void CpuOps::adamw_update(float* params, const float* grads, float* m, float* v,
     const float decay = 1.0f - lr * s.weight_decay;
 #pragma omp simd
     for (size_t i = 0; i < count; ++i) {
-      const float gi = g[i];
+      const float gi = g[i] * factor;  // × 1 is exact: unclipped steps are unchanged
       ms[i] = beta1 * ms[i] + (1.0f - beta1) * gi;
       vs[i] = beta2 * vs[i] + (1.0f - beta2) * gi * gi;
       const float denom = std::sqrt(vs[i]) / bias2_sqrt + eps;
@@ -55,7 +56,8 @@ void CpuOps::adamw_update(float* params, const float* grads, float* m, float* v,
 }
 
 void CpuOps::adagrad_update(float* params, const float* grads, float* acc, const std::vector<UpdateSegment>& segments,
-                            float lr) {
+                            float lr, const float* grad_factor) {
+  const float factor = grad_factor ? *grad_factor : 1.0f;
 #pragma omp parallel
   for_my_share(segments, [&](const UpdateSegment& s, size_t first, size_t count) {
     float* p = params + s.param_offset + first;
@@ -63,8 +65,9 @@ void CpuOps::adagrad_update(float* params, const float* grads, float* acc, const
     float* a = acc + s.state_offset + first;
 #pragma omp simd
     for (size_t i = 0; i < count; ++i) {
-      a[i] += g[i] * g[i];
-      p[i] -= lr * g[i] / std::sqrt(a[i]);
+      const float gi = g[i] * factor;
+      a[i] += gi * gi;
+      p[i] -= lr * gi / std::sqrt(a[i]);
     }
   });
 }
