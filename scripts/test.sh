@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine: installs dependencies,
-# builds, runs every GoogleTest (and the MPI tests) under ctest, then each
-# corpus reader's fuzz target for a short fixed time.
+# builds, runs every GoogleTest (and the MPI tests) under ctest, then the unit
+# tests again in a second build under AddressSanitizer and
+# UndefinedBehaviorSanitizer (build-asan, CTRL_SANITIZE=ON; any finding fails),
+# then each corpus reader's fuzz target for a short fixed time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,4 +14,5 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 # on a 2-core machine at load 15 with spinning threads).
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 (cd build && ctest --output-on-failure -j1 --timeout 900)
+bash scripts/test_asan.sh
 if [ -f scripts/fuzz.sh ]; then bash scripts/fuzz.sh; fi

@@ -66,7 +66,7 @@ class MemoryStream : public ByteStream {
  private:
   size_t read_plain(char* buffer, size_t size) {
     const size_t n = std::min(size, bytes_.size() - raw_pos_);
-    std::memcpy(buffer, bytes_.data() + raw_pos_, n);
+    if (n > 0) std::memcpy(buffer, bytes_.data() + raw_pos_, n);  // an empty file has no data pointer
     raw_pos_ += n;
     if (n == 0) done_ = true;
     return n;

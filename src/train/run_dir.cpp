@@ -98,12 +98,17 @@ void RunDir::open_metrics(int64_t step) {
 void RunDir::append_metrics(const std::string& line) {
   if (!metrics_error_.empty()) return;
   const std::string text = line + "\n";
+  struct stat st;
+  const off_t before = fstat(metrics_fd_, &st) == 0 ? st.st_size : -1;
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = write(metrics_fd_, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       metrics_error_ = metrics_path() + ": write failed: " + (n < 0 ? std::strerror(errno) : "no progress");
+      // A part of the line may have gone in: cut it off (shrinking needs no space), so the file ends whole.
+      if (done > 0 && before >= 0 && S_ISREG(st.st_mode) && ftruncate(metrics_fd_, before) != 0)
+        metrics_error_ += " (and the part of the line written could not be cut off)";
       return;
     }
     done += size_t(n);

@@ -33,8 +33,9 @@ class RunDir {
   // redone, and a line cut off by a crash), so no step appears twice.
   void open_metrics(int64_t step);
   // Appends one line (a newline is added). A failed write (disk full) is kept
-  // in metrics_error() and no later line is written, so the file never has a
-  // gap; the trainer stops on it.
+  // in metrics_error(), the part of the line that went in is cut off, and no
+  // later line is written, so the file never has a gap or a torn end; the
+  // trainer stops on it.
   void append_metrics(const std::string& line);
   // fdatasync of metrics.jsonl, so the lines up to a checkpoint outlive a power loss.
   void sync_metrics();

@@ -460,6 +460,9 @@ void Trainer::run() {
   }
   if (t.checkpoint_every == 0 || state_.step % t.checkpoint_every != 0) save();
   if (t.eval_every > 0 && state_.step % t.eval_every != 0) evaluate();
+  if (writer() && !run_dir_->metrics_error().empty())  // the final evaluation's line
+    fail(run_dir_->metrics_error() + "; training finished, checkpoint " + checkpoint_path(options_.run_dir, state_.step) +
+         " written");
   if (writer()) draw_loss_curve(options_.run_dir);
 }
 
