@@ -123,17 +123,7 @@ TEST(CheckedBackend, HostAccessWindowOpensOneBufferUntilItEnds) {
       "'grads'");
 }
 
-// Runs a shell command; returns its exit status and what it printed (2>&1 as given).
-int run(const std::string& cmd, std::string* out) {
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return -1;
-  char buf[4096];
-  size_t n;
-  out->clear();
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
-  const int status = pclose(f);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+int run(const std::string& cmd, std::string* out) { return test_support::run_shell(cmd, out); }
 
 // --device reaches the backend in every command that computes: a run trained
 // on the checked backend generates on it, and gives the cpu backend's weights.

@@ -54,14 +54,7 @@ std::string error_of(F&& f) {
 
 // Runs the ctrl binary; returns its exit status and its stderr+stdout.
 int ctrl_cli(const std::string& args, std::string* out) {
-  FILE* f = popen((std::string(CTRL_BINARY) + " " + args + " 2>&1").c_str(), "r");
-  if (!f) return -1;
-  char buf[4096];
-  size_t n;
-  out->clear();
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
-  const int status = pclose(f);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return test_support::run_shell(std::string(CTRL_BINARY) + " " + args + " 2>&1", out);
 }
 
 Config small_config(int64_t steps) {

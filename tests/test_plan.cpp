@@ -57,17 +57,7 @@ plan::Request cpu_request(const Config& c, double memory_gib) {
   return r;
 }
 
-// Runs a shell command; returns its exit status and what it printed (stdout, or 2>&1 as given).
-int run(const std::string& cmd, std::string* out) {
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return -1;
-  char buf[4096];
-  size_t n;
-  out->clear();
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
-  const int status = pclose(f);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+int run(const std::string& cmd, std::string* out) { return test_support::run_shell(cmd, out); }
 
 // Independent closed form of a CTRL model's parameters (Hugging Face
 // CTRLLMHeadModel: tied embedding, biased q/k/v/dense and FFN, two LayerNorms

@@ -1,8 +1,10 @@
 // Helpers shared by the engine tests.
 #pragma once
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <filesystem>
 #include <string>
@@ -14,6 +16,19 @@
 #include "ops/ops.h"
 
 namespace test_support {
+
+// Runs a shell command; returns its exit status (128 + the signal if one ended
+// it) and what it printed on stdout (add 2>&1 to the command for stderr too).
+inline int run_shell(const std::string& cmd, std::string* out) {
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return -1;
+  char buf[4096];
+  size_t n;
+  out->clear();
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
+  const int status = pclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
 
 // The backend that model-level tests run on: cpu, or the one CTRL_DEVICE names
 // (ctest's checked_* entries run the suite on the checked backend).
