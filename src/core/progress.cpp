@@ -62,7 +62,9 @@ void Progress::draw(bool final_line, const std::string& extra) {
                   100.0 * double(done_) / double(total_));
     line += pct;
   }
-  line += " " + unit_ + ", " + format_count(rate) + " " + unit_ + "/s";
+  char slow[32];  // a rate under 10 per second keeps two digits: "0.12 EM steps/s", not "0"
+  std::snprintf(slow, sizeof slow, "%.2g", rate);
+  line += " " + unit_ + ", " + (rate < 10 ? std::string(slow) : format_count(rate)) + " " + unit_ + "/s";
   if (final_line) line += ", took " + format_duration(t);
   else if (total_ > 0 && rate > 0) line += ", ETA " + format_duration((double(total_) - double(done_)) / rate);
   if (!extra.empty()) line += ", " + extra;
