@@ -2,10 +2,14 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "core/safetensors.h"
+#include "core/sysinfo.h"
 #include "data/shard.h"
+#include "test_support.h"
 
 using namespace ctrl;
 
@@ -14,6 +18,37 @@ static std::string temp_dir(const std::string& name) {
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p.string();
+}
+
+TEST(Parse, TheWholeTextMustBeTheNumber) {
+  EXPECT_EQ(ctrl::parse_whole_int("42"), 42);
+  EXPECT_EQ(ctrl::parse_whole_int("+42"), 42);
+  EXPECT_EQ(ctrl::parse_whole_int("-7"), -7);
+  EXPECT_EQ(ctrl::parse_whole_int("9223372036854775807"), INT64_MAX);
+  for (const char* bad : {"", "+", "3u", "3 ", " 3", "+-3", "0x10", "1e3", "9223372036854775808"})
+    EXPECT_FALSE(ctrl::parse_whole_int(bad)) << bad;
+  EXPECT_EQ(ctrl::parse_whole_double("2.5e-3"), 2.5e-3);
+  EXPECT_EQ(ctrl::parse_whole_double("+1"), 1.0);
+  for (const char* bad : {"", "1.5x", "1,5", " 1", "+-1", "1e999"}) EXPECT_FALSE(ctrl::parse_whole_double(bad)) << bad;
+}
+
+TEST(Sysinfo, CgroupQuotaRoundsUpToWholeCpus) {
+  EXPECT_EQ(ctrl::cpus_from_cgroup_quota("200000 100000"), 2);  // v2 cpu.max, docker --cpus 2
+  EXPECT_EQ(ctrl::cpus_from_cgroup_quota("150000 100000"), 2);  // 1.5 CPUs: two threads, one half idle
+  EXPECT_EQ(ctrl::cpus_from_cgroup_quota("50000 100000"), 1);
+  EXPECT_EQ(ctrl::cpus_from_cgroup_quota("max 100000"), 0);     // unlimited
+  EXPECT_EQ(ctrl::cpus_from_cgroup_quota("-1 100000"), 0);      // v1 unlimited
+  for (const char* bad : {"", "200000", "200000 0", "abc 100000"}) EXPECT_EQ(ctrl::cpus_from_cgroup_quota(bad), 0) << bad;
+  EXPECT_GE(ctrl::usable_cpus(), 1);
+}
+
+TEST(Sysinfo, DefaultThreadCountFollowsTheAffinityMask) {
+  // One CPU allowed: the CPU backend runs one thread when nothing else says how many.
+  std::string out;
+  ASSERT_EQ(test_support::run_shell("env -u OMP_NUM_THREADS taskset -c 0 " CTRL_BINARY
+                                    " bench --config tiny --steps 1 --warmup 0 --json 2>&1", &out), 0) << out;
+  const auto json = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(json.at("threads"), 1) << out;
 }
 
 TEST(Safetensors, RoundTripAndValidation) {

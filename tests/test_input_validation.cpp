@@ -57,16 +57,7 @@ int ctrl_cli(const std::string& args, std::string* out) {
   return test_support::run_shell(std::string(CTRL_BINARY) + " " + args + " 2>&1", out);
 }
 
-Config small_config(int64_t steps) {
-  Config c = load_config("tiny");
-  for (const char* s : {"model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "model.n_head=2",
-                        "model.d_ff=64", "model.n_ctx=16", "train.micro_batch=2", "train.global_batch=4",
-                        "train.eval_every=0", "train.checkpoint_every=2", "train.warmup_steps=2",
-                        "train.lr=0.01", "train.log_every=1"})
-    apply_override(c, s);
-  c.train.steps = steps;
-  return c;
-}
+Config small_config(int64_t steps) { return test_support::tiny_trainer_config(steps, 2); }
 
 // ---------------------------------------------------------------- crashes
 

@@ -202,7 +202,9 @@ TEST(Plan, LargestMicroBatchGrowsWithMemory) {
   for (double gib : {0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0}) {
     const plan::Plan p = plan::make_plan(cpu_request(c, gib));
     EXPECT_GE(p.largest_micro_batch, previous) << gib << " GiB";
-    if (gib >= 4) EXPECT_GT(p.largest_micro_batch, previous) << gib << " GiB";
+    if (gib >= 4) {
+      EXPECT_GT(p.largest_micro_batch, previous) << gib << " GiB";
+    }
     previous = p.largest_micro_batch;
   }
   EXPECT_EQ(plan::make_plan(cpu_request(c, 0.5)).largest_micro_batch, 0);  // 110M params x 16 bytes > 0.5 GiB

@@ -12,6 +12,7 @@
 
 #include "core/file_io.h"
 #include "data/shard.h"
+#include "model/config.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/ops.h"
 
@@ -42,6 +43,19 @@ inline std::string fresh_dir(const std::string& prefix, const std::string& name)
   auto p = std::filesystem::temp_directory_path() / (prefix + "_" + name + "_" + std::to_string(getpid()));
   std::filesystem::remove_all(p);
   return p.string();
+}
+
+// The trainer tests' model and schedule: vocabulary 64 (the two-code corpus
+// below), 2 layers of width 32, context 16, so a step takes milliseconds.
+inline ctrl::Config tiny_trainer_config(int64_t steps, int64_t checkpoint_every) {
+  ctrl::Config c = ctrl::load_config("tiny");
+  for (const char* s : {"model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "model.n_head=2",
+                        "model.d_ff=64", "model.n_ctx=16", "train.micro_batch=2", "train.global_batch=4",
+                        "train.eval_every=0", "train.warmup_steps=2", "train.lr=0.01", "train.log_every=1"})
+    ctrl::apply_override(c, s);
+  c.train.steps = steps;
+  c.train.checkpoint_every = checkpoint_every;
+  return c;
 }
 
 // A prepared corpus in `dir` with two control codes: A (token 3) trains on

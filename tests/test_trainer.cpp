@@ -18,16 +18,7 @@ namespace {
 
 std::string fresh_dir(const std::string& name) { return test_support::fresh_dir("ctrl_trainer", name); }
 
-Config small_config(int64_t steps) {
-  Config c = load_config("tiny");
-  for (const char* s : {"model.vocab_size=64", "model.n_layer=2", "model.d_model=32", "model.n_head=2",
-                        "model.d_ff=64", "model.n_ctx=16", "train.micro_batch=2", "train.global_batch=4",
-                        "train.eval_every=0", "train.checkpoint_every=3", "train.warmup_steps=2",
-                        "train.lr=0.01", "train.log_every=1"})
-    apply_override(c, s);
-  c.train.steps = steps;
-  return c;
-}
+Config small_config(int64_t steps) { return test_support::tiny_trainer_config(steps, 3); }
 
 TEST(Trainer, ResumeReproducesTheUninterruptedRunBitForBit) {
   for (const char* optimizer : {"adamw", "adagrad"}) {

@@ -1,11 +1,11 @@
 #include "cli/args.h"
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/parse.h"
 
 namespace ctrl::cli {
 
@@ -68,12 +68,9 @@ int64_t Args::get_int(const std::string& name, int64_t fallback, int64_t lo, int
   if (!has(name)) return fallback;
   const std::string v = get(name);
   const std::string range = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-  char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || errno == ERANGE || x < lo || x > hi)
-    fail("ctrl " + command_ + ": --" + name + " " + v + ": expected " + range);
-  return x;
+  const auto x = parse_whole_int(v);
+  if (!x || *x < lo || *x > hi) fail("ctrl " + command_ + ": --" + name + " " + v + ": expected " + range);
+  return *x;
 }
 
 double Args::get_double(const std::string& name, double fallback, double lo, double hi, bool lo_open,
@@ -89,10 +86,9 @@ double Args::get_double(const std::string& name, double fallback, double lo, dou
   const std::string range = unbounded ? "a finite number"
                                       : "a number in " + std::string(lo_open ? "(" : "[") + bound(lo) + ", " +
                                             bound(hi) + (hi_open ? ")" : "]");
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
+  const double x = parse_whole_double(v).value_or(NAN);
   const bool inside = std::isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
-  if (v.empty() || *end || !inside) fail("ctrl " + command_ + ": --" + name + " " + v + ": expected " + range);
+  if (!inside) fail("ctrl " + command_ + ": --" + name + " " + v + ": expected " + range);
   return x;
 }
 

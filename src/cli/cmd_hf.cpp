@@ -1,11 +1,11 @@
 // ctrl export hf / ctrl import hf: Hugging Face CTRLLMHeadModel directories.
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
 #include "cli/args.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/parse.h"
 #include "io/hf.h"
 
 namespace ctrl::cli {
@@ -44,11 +44,8 @@ int import_cmd(const std::vector<std::string>& argv) {
   for (const auto& spec : args.all("control")) {
     // The id must be a token id (int32, and below the model's vocabulary: import_hf checks that).
     const auto eq = spec.find('=');
-    char* end = nullptr;
-    errno = 0;
-    const long long id = eq == std::string::npos ? -1 : std::strtoll(spec.c_str() + eq + 1, &end, 10);
-    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size() || *end || errno == ERANGE || id < 0 ||
-        id > 2147483647)
+    const int64_t id = eq == std::string::npos ? -1 : parse_whole_int(spec.substr(eq + 1)).value_or(-1);
+    if (eq == std::string::npos || eq == 0 || id < 0 || id > 2147483647)
       fail("ctrl import hf: --control " + spec + ": expected NAME=TOKEN_ID with TOKEN_ID in [0, 2147483647]");
     codes.push_back({spec.substr(0, eq), int32_t(id)});
   }

@@ -1,12 +1,16 @@
 // ctrl: the command-line front end. Dispatches to the registered subcommands
 // and turns every ctrl::Error into one line on stderr and exit status 1.
+#include <omp.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/sysinfo.h"
 
 namespace ctrl::cli {
 
@@ -38,6 +42,10 @@ int main(int argc, char** argv) {
     std::printf("%s\n", ctrl::cli::version_string().c_str());
     return 0;
   }
+  // OpenMP's default is the affinity mask; a container's CPU quota (docker
+  // --cpus 2 on a 64-core host) would otherwise get 64 threads on 2 CPUs.
+  // OMP_NUM_THREADS and --threads / train.threads still decide when given.
+  if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(ctrl::usable_cpus());
   auto& registry = ctrl::cli::command_registry();
   auto it = registry.find(args[0]);
   if (it == registry.end()) {

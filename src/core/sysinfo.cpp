@@ -1,10 +1,15 @@
 #include "core/sysinfo.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <sstream>
 #include <thread>
+
+#include "core/parse.h"
 
 namespace ctrl {
 
@@ -32,6 +37,41 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
-int hardware_threads() { return int(std::thread::hardware_concurrency()); }
+int cpus_from_cgroup_quota(const std::string& cpu_max) {
+  std::istringstream in(cpu_max);
+  std::string quota;
+  long long period = 0;
+  if (!(in >> quota >> period) || period <= 0) return 0;
+  const auto q = parse_whole_int(quota);  // "max" (v2) or -1 (v1): unlimited
+  if (!q || *q <= 0) return 0;
+  return int(std::max<long long>(1, (*q + period - 1) / period));
+}
+
+namespace {
+std::string read_first_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+// The cgroup quota of this process, v2 or v1 (0: none).
+int cgroup_cpu_limit() {
+  const std::string v2 = read_first_line("/sys/fs/cgroup/cpu.max");
+  if (!v2.empty()) return cpus_from_cgroup_quota(v2);
+  const std::string quota = read_first_line("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
+  const std::string period = read_first_line("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+  return quota.empty() || period.empty() ? 0 : cpus_from_cgroup_quota(quota + " " + period);
+}
+}  // namespace
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (n <= 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
+  const int quota = cgroup_cpu_limit();
+  return quota > 0 ? std::min(n, quota) : n;
+}
 
 }  // namespace ctrl

@@ -8,6 +8,12 @@ namespace ctrl {
 uint64_t peak_rss_bytes();     // high-water mark of resident memory
 uint64_t current_rss_bytes();
 std::string cpu_model();       // e.g. "AMD EPYC 9R14"
-int hardware_threads();
+// The CPUs this process may run on: its affinity mask (taskset, a batch
+// scheduler's cpuset), bounded by the cgroup's CPU quota (docker --cpus,
+// systemd CPUQuota) rounded up. The default thread count of the CPU backend.
+int usable_cpus();
+// The CPUs a cgroup quota allows, from cgroup v2's cpu.max ("200000 100000":
+// 2; "max 100000": no limit) or v1's quota and period; 0 when unlimited or unreadable.
+int cpus_from_cgroup_quota(const std::string& cpu_max);
 
 }  // namespace ctrl

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/parse.h"
 
 namespace ctrl {
 
@@ -33,27 +34,15 @@ struct Field {
 };
 
 int64_t parse_int(const std::string& v, const std::string& where) {
-  size_t pos = 0;
-  long long x = 0;
-  try {
-    x = std::stoll(v, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  if (v.empty() || pos != v.size()) fail(where + ": expected an integer, got '" + v + "'");
-  return x;
+  const auto x = parse_whole_int(v);
+  if (!x) fail(where + ": expected an integer, got '" + v + "'");
+  return *x;
 }
 
 double parse_double(const std::string& v, const std::string& where) {
-  size_t pos = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  if (v.empty() || pos != v.size()) fail(where + ": expected a number, got '" + v + "'");
-  return x;
+  const auto x = parse_whole_double(v);
+  if (!x) fail(where + ": expected a number, got '" + v + "'");
+  return *x;
 }
 
 template <class T>

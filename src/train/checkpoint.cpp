@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "data/shard.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,31 +37,20 @@ uint32_t metadata_crc(const std::map<std::string, std::string>& metadata) {
   return crc;
 }
 
-// The whole string as a base-10 integer in [lo, hi] (std::stoll would take "3u" as 3).
+// The whole string as a base-10 integer in [lo, hi].
 int64_t parse_int_field(const std::string& path, const std::string& key, const std::string& v, int64_t lo, int64_t hi) {
-  size_t pos = 0;
-  long long x = 0;
-  try {
-    x = std::stoll(v, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  if (v.empty() || pos != v.size() || x < lo || x > hi)
+  const auto x = parse_whole_int(v);
+  if (!x || *x < lo || *x > hi)
     fail(path + ": metadata '" + key + "' = '" + v + "': expected an integer in [" + std::to_string(lo) + ", " +
          std::to_string(hi) + "]");
-  return x;
+  return *x;
 }
 
 double parse_real_field(const std::string& path, const std::string& key, const std::string& v, double lo,
                         bool lo_open) {
-  size_t pos = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  if (v.empty() || pos != v.size() || !std::isfinite(x) || (lo_open ? x <= lo : x < lo))
+  const auto parsed = parse_whole_double(v);
+  const double x = parsed.value_or(0);
+  if (!parsed || !std::isfinite(x) || (lo_open ? x <= lo : x < lo))
     fail(path + ": metadata '" + key + "' = '" + v + "': expected a finite number " + (lo_open ? "> " : ">= ") +
          std::to_string(lo));
   return x;

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/parse.h"
 #include "core/plot.h"
 #include "core/progress.h"
 #include "core/rng.h"
@@ -70,9 +71,8 @@ std::pair<int, int64_t> test_fault() {
   const std::string s = v;
   const size_t colon = s.find(':');
   const std::string kind = s.substr(0, colon);
-  char* end = nullptr;
-  const long long step = colon == std::string::npos ? 0 : std::strtoll(s.c_str() + colon + 1, &end, 10);
-  if ((kind != "kill" && kind != "stop") || step < 1 || *end != '\0')
+  const int64_t step = colon == std::string::npos ? 0 : parse_whole_int(s.substr(colon + 1)).value_or(0);
+  if ((kind != "kill" && kind != "stop") || step < 1)
     fail("CTRL_TEST_FAULT: expected kill:STEP or stop:STEP with STEP >= 1, got '" + s + "'");
   return {kind == "kill" ? SIGKILL : SIGSTOP, step};
 }
