@@ -179,7 +179,9 @@ TEST(LighterSharing, LayoutHoldsEachSharedTensorOnce) {
       const bool is_ffn = t.name.find(".ffn.") != std::string::npos || t.name.find("layernorm2") != std::string::npos;
       const bool shared = is_ffn ? c.sharing != "attention" : c.sharing != "ffn";
       EXPECT_EQ(t.shared, shared) << t.name;
-      if (shared) EXPECT_EQ(t.layer, 0) << t.name;  // one copy, under layer 0's Hugging Face name
+      if (shared) {
+        EXPECT_EQ(t.layer, 0) << t.name;  // one copy, under layer 0's Hugging Face name
+      }
     }
     // Every layer resolves every tensor it uses.
     for (int l = 0; l < 3; ++l)

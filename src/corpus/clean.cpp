@@ -1,104 +1,11 @@
-// Text cleaning with ICU: NFKC, control characters, whitespace; dedup filter
-// and the deterministic split decision.
+// The corpus's dedup filter and the deterministic split decision (the text
+// cleaning itself is core/clean_text.cpp).
 #include "corpus/clean.h"
-
-#include <unicode/normalizer2.h>
-#include <unicode/uchar.h>
-#include <unicode/unistr.h>
-#include <unicode/utf8.h>
 
 #include "core/error.h"
 #include "core/rng.h"
 
 namespace ctrl {
-
-std::string normalize_nfkc(std::string_view text) {
-  UErrorCode status = U_ZERO_ERROR;
-  const icu::Normalizer2* nfkc = icu::Normalizer2::getNFKCInstance(status);
-  if (U_FAILURE(status)) fail(std::string("ICU: cannot load the NFKC normalizer: ") + u_errorName(status));
-  const icu::UnicodeString in = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), int32_t(text.size())));
-  if (nfkc->isNormalized(in, status) && U_SUCCESS(status)) {
-    std::string out;
-    return in.toUTF8String(out);
-  }
-  status = U_ZERO_ERROR;
-  const icu::UnicodeString normalized = nfkc->normalize(in, status);
-  if (U_FAILURE(status)) fail(std::string("ICU: NFKC normalization failed: ") + u_errorName(status));
-  std::string out;
-  return normalized.toUTF8String(out);
-}
-
-namespace {
-
-bool removed_code_point(UChar32 c) {
-  if (c < 0 || c == 0xFFFD) return true;
-  switch (u_charType(c)) {
-    case U_CONTROL_CHAR:
-    case U_FORMAT_CHAR:
-    case U_PRIVATE_USE_CHAR:
-    case U_SURROGATE:
-    case U_UNASSIGNED:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// The whitespace / control-character part of clean_text, on UTF-8.
-std::string tidy(std::string_view text) {
-  std::string out, line;
-  out.reserve(text.size());
-  bool pending_space = false, blank_line = false, after_cr = false;
-  auto end_line = [&] {
-    if (line.empty()) {
-      if (!out.empty()) blank_line = true;
-    } else {
-      if (!out.empty()) out += blank_line ? "\n\n" : "\n";
-      out += line;
-      line.clear();
-      blank_line = false;
-    }
-    pending_space = false;
-  };
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  const int32_t n = int32_t(text.size());
-  CTRL_ASSERT(text.size() < (1ull << 31));
-  for (int32_t i = 0; i < n;) {
-    UChar32 c;
-    U8_NEXT(s, i, n, c);
-    const bool was_cr = after_cr;
-    after_cr = c == '\r';
-    if (c == '\n' && was_cr) continue;  // second half of \r\n
-    if (c == '\n' || c == '\r' || c == 0x2028 || c == 0x2029) {
-      end_line();
-    } else if (c == '\t' || (c >= 0 && u_isUWhiteSpace(c))) {
-      pending_space = !line.empty();
-    } else if (!removed_code_point(c)) {
-      if (pending_space) line += ' ';
-      pending_space = false;
-      char buf[4];
-      int32_t k = 0;
-      U8_APPEND_UNSAFE(reinterpret_cast<uint8_t*>(buf), k, c);
-      line.append(buf, size_t(k));
-    }
-  }
-  end_line();
-  return out;
-}
-
-}  // namespace
-
-std::string clean_text(std::string_view text) {
-  // Tidy first (drops invalid bytes and controls), normalize, tidy again
-  // (NFKC turns e.g. U+3000 and U+00A0 into spaces that must collapse).
-  return tidy(normalize_nfkc(tidy(text)));
-}
-
-uint64_t count_chars(std::string_view utf8) {
-  uint64_t n = 0;
-  for (unsigned char b : utf8) n += (b & 0xC0) != 0x80;
-  return n;
-}
 
 uint64_t text_hash(std::string_view text) {
   uint64_t h = 0xcbf29ce484222325ull;

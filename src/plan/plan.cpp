@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "model/layout.h"
-#include "train/checkpoint.h"
 
 namespace ctrl::plan {
 

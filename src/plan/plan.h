@@ -10,6 +10,13 @@
 
 #include "model/config.h"
 
+namespace ctrl {
+// ZeRO-1 checkpoints stream each rank's optimizer shard to the writer in
+// pieces of this many floats (train/shard_stream.h); the planner counts one
+// piece of staging on top of the training memory.
+constexpr size_t kZeroCheckpointPieceFloats = size_t(1) << 22;
+}  // namespace ctrl
+
 namespace ctrl::plan {
 
 // Bytes one data-parallel rank holds. weights..workspace are the engine's flat

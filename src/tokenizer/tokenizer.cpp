@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/progress.h"
-#include "corpus/clean.h"
+#include "core/clean_text.h"
 #include "tokenizer/trainer_log.h"
 
 namespace ctrl {

@@ -2,7 +2,7 @@
 // trained once per corpus and used by prepare (encoding shards), the trainer
 // (vocabulary size, eos) and the generator (prompts in, text out).
 //
-// Normalization happens in corpus/clean.h (ICU NFKC); the model is trained
+// Normalization happens in core/clean_text.h (ICU NFKC); the model is trained
 // with normalization_rule_name=identity, add_dummy_prefix=false and
 // remove_extra_whitespaces=false, so decode(encode_clean(x)) == x for every
 // cleaned text x (byte_fallback covers characters outside the pieces).
@@ -93,7 +93,7 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
-  // Encodes a user's text: cleaned exactly as the corpus was (corpus/clean.h), then split.
+  // Encodes a user's text: cleaned exactly as the corpus was (core/clean_text.h), then split.
   std::vector<int32_t> encode(std::string_view text) const;
   // Encodes text that is already clean_text()'s output (the corpus path; no second normalization).
   // Text longer than kEncodeChunkBytes is encoded in pieces cut at line ends, else sentence ends,

@@ -57,10 +57,6 @@ struct OptimizerState {
   std::vector<Named> buffers;
 };
 
-// ZeRO-1 checkpoints stream each rank's optimizer shard to the writer in
-// pieces of this many floats (train/shard_stream.h).
-constexpr size_t kZeroCheckpointPieceFloats = size_t(1) << 22;
-
 // Emits parameter tensor t's t.numel floats (host memory) for the writer.
 using ParamSource = std::function<void(const ParamTensor& t, const OptimizerState::Emit& emit)>;
 

@@ -1,0 +1,103 @@
+#!/bin/bash
+# Training throughput on a quiet machine and beside one busy single-threaded
+# process (a shell loop, as another user's job would be), for ctrl under each
+# OpenMP wait setting and for PyTorch, in one run. Rounds alternate quiet and
+# busy and the settings within a round, so that drift hits all alike.
+#
+# Settings (POLICIES, space-separated):
+#   default      ctrl as it runs when the user sets nothing
+#   spin:N       GOMP_SPINCOUNT=N (a worker spins N iterations at a barrier, then sleeps)
+#   passive      OMP_WAIT_POLICY=passive (workers sleep at once)
+#   active       OMP_WAIT_POLICY=active (libgomp spins for a long time)
+#   threads:N    --threads N with the default wait
+#
+# Prints a table: tokens/s quiet, tokens/s busy (median of ROUNDS), busy/quiet,
+# and quiet against the first setting's quiet, with a bar per row.
+#
+# Knobs (environment): PRESET=tiny BATCH=8 STEPS=12 WARMUP=2 ROUNDS=3 THREADS=$(nproc)
+# POLICIES="default spin:20000 passive active threads:1" CTRL=build/ctrl
+# PY=.venv/bin/python (PyTorch peer, eager fp32; PEER=0 skips it) RESULTS=<folder>
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PRESET=${PRESET:-tiny}
+BATCH=${BATCH:-8}
+STEPS=${STEPS:-12}
+WARMUP=${WARMUP:-2}
+ROUNDS=${ROUNDS:-3}
+THREADS=${THREADS:-$(nproc)}
+POLICIES=${POLICIES:-default spin:20000 passive active threads:1}
+CTRL=${CTRL:-build/ctrl}
+PY=${PY:-.venv/bin/python}
+PEER=${PEER:-1}
+[ -x "$CTRL" ] || { echo "shared_machine: no $CTRL (build first)" >&2; exit 2; }
+if [ "$PEER" = 1 ] && [ ! -x "$PY" ]; then
+  echo "shared_machine: no $PY (bash tools/setup_python.sh), PyTorch skipped" >&2
+  PEER=0
+fi
+out=${RESULTS:-$(mktemp -d)}
+mkdir -p "$out"
+
+settings=()
+for p in $POLICIES; do settings+=("ctrl $p"); done
+if [ "$PEER" = 1 ]; then settings+=("pytorch default" "pytorch passive"); fi
+
+tokens_per_s() { python3 -c 'import json, sys; print(json.load(sys.stdin)["tokens_per_s"])'; }
+
+# Runs one setting; prints tokens/s.
+run_one() {
+  local who=${1%% *} policy=${1#* } threads=$THREADS
+  local -a env=(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT)
+  case $policy in
+    spin:*) env+=("GOMP_SPINCOUNT=${policy#spin:}") ;;
+    passive) env+=(OMP_WAIT_POLICY=passive) ;;
+    active) env+=(OMP_WAIT_POLICY=active) ;;
+    threads:*) threads=${policy#threads:} ;;
+    default) ;;
+    *) echo "shared_machine: unknown setting '$policy'" >&2; exit 2 ;;
+  esac
+  if [ "$who" = ctrl ]; then
+    "${env[@]}" "$CTRL" bench --config "$PRESET" --steps "$STEPS" --warmup "$WARMUP" --threads "$threads" \
+      --set train.micro_batch="$BATCH" --json 2>>"$out/stderr.log" | tokens_per_s
+  else
+    "${env[@]}" "$PY" bench/pytorch_train.py --preset "$PRESET" --batch "$BATCH" --steps "$STEPS" \
+      --warmup-steps "$WARMUP" --threads "$threads" --json 2>>"$out/stderr.log" | tokens_per_s
+  fi
+}
+
+busy_pid=
+stop_busy() { [ -n "$busy_pid" ] && kill "$busy_pid" 2>/dev/null; wait "$busy_pid" 2>/dev/null || true; busy_pid=; }
+trap stop_busy EXIT
+
+echo "shared_machine: $PRESET, batch $BATCH, $THREADS threads, $ROUNDS rounds on $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+for r in $(seq 1 "$ROUNDS"); do
+  for mode in quiet busy; do
+    [ "$mode" = busy ] && { bash -c 'while :; do :; done' & busy_pid=$!; }
+    for s in "${settings[@]}"; do
+      tps=$(run_one "$s")
+      echo "$s|$mode|$tps" >>"$out/runs.txt"
+      printf '  round %d %-5s %-22s %8.1f tokens/s\n' "$r" "$mode" "$s" "$tps" >&2
+    done
+    stop_busy
+  done
+done
+
+python3 - "$out/runs.txt" "${settings[@]}" <<'EOF' | tee "$out/shared_machine.md"
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    s, mode, tps = line.rstrip("\n").split("|")
+    runs.setdefault((s, mode), []).append(float(tps))
+settings = sys.argv[2:]
+med = {k: statistics.median(v) for k, v in runs.items()}
+first = {}
+for s in settings:
+    first.setdefault(s.split()[0], med[(s, "quiet")])
+print("| setting | quiet tokens/s | busy tokens/s | busy / quiet | quiet / default quiet | busy |")
+print("|---|---:|---:|---:|---:|---|")
+for s in settings:
+    q, b = med[(s, "quiet")], med[(s, "busy")]
+    bar = "█" * round(20 * b / q)
+    print(f"| {s} | {q:,.0f} | {b:,.0f} | {b / q:.2f} | {q / first[s.split()[0]]:.3f} | {bar} |")
+EOF
+echo "shared_machine: runs and table in $out" >&2
