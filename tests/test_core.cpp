@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/parse.h"
@@ -42,13 +41,25 @@ TEST(Sysinfo, CgroupQuotaRoundsUpToWholeCpus) {
   EXPECT_GE(ctrl::usable_cpus(), 1);
 }
 
+// `ctrl --version` says how many threads and which OpenMP wait a run gets.
+std::string ctrl_version(const std::string& env) {
+  std::string out;
+  EXPECT_EQ(test_support::run_shell("env -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " + env + " " +
+                                    CTRL_BINARY + " --version 2>&1", &out), 0) << out;
+  return out;
+}
+
 TEST(Sysinfo, DefaultThreadCountFollowsTheAffinityMask) {
   // One CPU allowed: the CPU backend runs one thread when nothing else says how many.
-  std::string out;
-  ASSERT_EQ(test_support::run_shell("env -u OMP_NUM_THREADS taskset -c 0 " CTRL_BINARY
-                                    " bench --config tiny --steps 1 --warmup 0 --json 2>&1", &out), 0) << out;
-  const auto json = nlohmann::json::parse(out.substr(out.find('{')));
-  EXPECT_EQ(json.at("threads"), 1) << out;
+  EXPECT_NE(ctrl_version("taskset -c 0").find("OpenMP: 1 threads"), std::string::npos) << ctrl_version("taskset -c 0");
+  EXPECT_NE(ctrl_version("OMP_NUM_THREADS=3 taskset -c 0").find("OpenMP: 3 threads"), std::string::npos);
+}
+
+TEST(Sysinfo, ShortSpinUnlessTheUserChoseAWaitPolicy) {
+  EXPECT_NE(ctrl_version("").find(std::string("idle wait GOMP_SPINCOUNT=") + ctrl::kDefaultSpinCount + "\n"),
+            std::string::npos) << ctrl_version("");
+  EXPECT_NE(ctrl_version("OMP_WAIT_POLICY=active").find("idle wait OMP_WAIT_POLICY=active\n"), std::string::npos);
+  EXPECT_NE(ctrl_version("GOMP_SPINCOUNT=5").find("idle wait GOMP_SPINCOUNT=5\n"), std::string::npos);
 }
 
 TEST(Safetensors, RoundTripAndValidation) {

@@ -88,6 +88,7 @@ int run(const std::vector<std::string>& argv) {
   j["final_loss"] = loss;
   j["cpu"] = cpu_model();
   j["threads"] = ops->threads();
+  j["openmp_wait"] = openmp_wait_setting();
   j["precision"] = config.train.precision;
   const std::string note = ops->precision_note(activation_dtype(config.train.precision));
   if (!note.empty()) j["precision_note"] = note;

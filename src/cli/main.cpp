@@ -1,6 +1,7 @@
 // ctrl: the command-line front end. Dispatches to the registered subcommands
 // and turns every ctrl::Error into one line on stderr and exit status 1.
 #include <omp.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -32,20 +33,36 @@ static void print_help() {
     std::printf("  %-10s %s\n", name.c_str(), cmd.summary.c_str());
 }
 
+// libgomp reads its wait policy from the environment when it loads, before
+// main, and offers no call to change it. Its default has every idle worker
+// spin for up to 300,000 pause instructions (milliseconds) at each barrier: on
+// a machine where another process holds a core, the spinning thread takes the
+// time the working one needs (issue 15: 0.41x of quiet throughput). So when
+// the user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, ctrl sets
+// GOMP_SPINCOUNT=kSpinCount and runs itself again, once (docs/training.md, "Threads").
+static void reexec_with_short_spin(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  setenv("GOMP_SPINCOUNT", ctrl::kDefaultSpinCount, 1);
+  execv("/proc/self/exe", argv);
+  // Not re-executed (no /proc): carry on with libgomp's default spinning.
+}
+
 int main(int argc, char** argv) {
+  reexec_with_short_spin(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     print_help();
     return args.empty() ? 2 : 0;
   }
-  if (args[0] == "--version") {
-    std::printf("%s\n", ctrl::cli::version_string().c_str());
-    return 0;
-  }
   // OpenMP's default is the affinity mask; a container's CPU quota (docker
   // --cpus 2 on a 64-core host) would otherwise get 64 threads on 2 CPUs.
   // OMP_NUM_THREADS and --threads / train.threads still decide when given.
   if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(ctrl::usable_cpus());
+  if (args[0] == "--version") {
+    std::printf("%s\nOpenMP: %d threads, idle wait %s\n", ctrl::cli::version_string().c_str(), omp_get_max_threads(),
+                ctrl::openmp_wait_setting().c_str());
+    return 0;
+  }
   auto& registry = ctrl::cli::command_registry();
   auto it = registry.find(args[0]);
   if (it == registry.end()) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -64,6 +65,13 @@ int cgroup_cpu_limit() {
   return quota.empty() || period.empty() ? 0 : cpus_from_cgroup_quota(quota + " " + period);
 }
 }  // namespace
+
+std::string openmp_wait_setting() {
+  std::string s;
+  for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"})
+    if (const char* v = std::getenv(name)) s += (s.empty() ? "" : " ") + std::string(name) + "=" + v;
+  return s.empty() ? "libgomp default" : s;
+}
 
 int usable_cpus() {
   cpu_set_t set;

@@ -12,6 +12,12 @@ std::string cpu_model();       // e.g. "AMD EPYC 9R14"
 // scheduler's cpuset), bounded by the cgroup's CPU quota (docker --cpus,
 // systemd CPUQuota) rounded up. The default thread count of the CPU backend.
 int usable_cpus();
+// The GOMP_SPINCOUNT that ctrl runs with when the user sets no OpenMP wait
+// policy (cli/main.cpp; measured in bench/shared_machine.sh).
+inline constexpr const char* kDefaultSpinCount = "10000";
+// How idle OpenMP workers wait in this process, for logs and benchmarks:
+// "OMP_WAIT_POLICY=passive", "GOMP_SPINCOUNT=10000", or "libgomp default".
+std::string openmp_wait_setting();
 // The CPUs a cgroup quota allows, from cgroup v2's cpu.max ("200000 100000":
 // 2; "max 100000": no limit) or v1's quota and period; 0 when unlimited or unreadable.
 int cpus_from_cgroup_quota(const std::string& cpu_max);

@@ -440,11 +440,11 @@ void Trainer::run() {
   if (!options_.quiet && writer())
     std::fprintf(stderr,
                  "training %s: %.2fM parameters, %.1f MFLOP/token (model; %.1f with recomputation), %lld steps of "
-                 "%lld sequences x %lld tokens, %d threads\n",
+                 "%lld sequences x %lld tokens, %d threads (%s)\n",
                  config_.preset.c_str(), double(model_->layout().count()) / 1e6,
                  train_flops_per_token(config_.model) / 1e6, train_hardware_flops_per_token(config_.model) / 1e6,
                  static_cast<long long>(t.steps), static_cast<long long>(t.global_batch),
-                 static_cast<long long>(config_.model.n_ctx), ops_->threads());
+                 static_cast<long long>(config_.model.n_ctx), ops_->threads(), openmp_wait_setting().c_str());
   const std::string note = ops_->precision_note(activation_dtype(t.precision));
   if (!options_.quiet && writer() && !note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
   const auto [fault, fault_step] = test_fault();
