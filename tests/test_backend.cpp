@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -14,14 +15,55 @@
 namespace ctrl {
 namespace {
 
+bool has_cuda_device() {
+  const auto d = available_devices();
+  return std::find(d.begin(), d.end(), "cuda") != d.end();
+}
+
 TEST(Backend, FactoryKnowsCpuAndCheckedAndRejectsOthers) {
-  EXPECT_EQ(available_devices(), (std::vector<std::string>{"cpu", "checked"}));
+  // cpu and checked always; cuda only in a CUDA build on a machine with a CUDA device.
+  std::vector<std::string> expected = {"cpu", "checked"};
+#ifdef CTRL_HAVE_CUDA
+  if (has_cuda_device()) expected.push_back("cuda");
+#endif
+  EXPECT_EQ(available_devices(), expected);
   EXPECT_STREQ(make_ops("checked")->name(), "checked");
   try {
     make_ops("cuda0");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown device 'cuda0'"), std::string::npos) << e.what();
+  }
+}
+
+// --device cuda where there is none fails with one line saying which is missing:
+// CUDA in the build, or a device on the machine.
+TEST(Backend, CudaRequestedButAbsentFailsWithOneClearLine) {
+  if (has_cuda_device()) {
+    EXPECT_STREQ(make_ops("cuda")->name(), "cuda");
+    try {
+      make_ops("cuda:99");
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("CUDA device(s), numbered from 0"), std::string::npos) << e.what();
+    }
+    return;
+  }
+#ifdef CTRL_HAVE_CUDA
+  const std::string why = "no CUDA device found";
+#else
+  const std::string why = "this build has no CUDA";
+#endif
+  for (const char* name : {"cuda", "cuda:1"}) {
+    try {
+      make_ops(name);
+      FAIL() << "no error for " << name;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(std::string("device '") + name + "'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(why), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
   }
 }
 
@@ -143,7 +185,7 @@ TEST(CliDevice, TrainAndGenerateOnTheCheckedBackendMatchTheCpu) {
   EXPECT_EQ(a, b);
   EXPECT_FALSE(a.empty());
   EXPECT_NE(run(bin + common + " --device tpu --out " + base + "_bad 2>&1", &out), 0);
-  EXPECT_NE(out.find("train.device must be cpu or checked, got 'tpu'"), std::string::npos) << out;
+  EXPECT_NE(out.find("train.device must be cpu, checked, cuda or cuda:N, got 'tpu'"), std::string::npos) << out;
 }
 
 }  // namespace

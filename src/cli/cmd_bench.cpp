@@ -17,7 +17,7 @@ namespace {
 
 const char* kUsage =
     "usage: ctrl bench --config FILE|PRESET [--steps N] [--warmup N] [--threads N] [--set key=value]... [--json]\n"
-    "                  [--profile] [--device cpu|checked]\n\n"
+    "                  [--profile] [--device cpu|checked|cuda[:N]]\n\n"
     "Times full training steps (forward, backward, clipping, optimizer) of one micro-batch of\n"
     "synthetic tokens, after --warmup untimed steps (default 2; --steps default 10), and prints\n"
     "it/s, tokens/s, achieved FLOP/s and its share of this machine's measured GEMM peak (of the\n"
