@@ -104,7 +104,8 @@ TEST_P(EveryBackend, MemoryRoundTripsThroughUploadAndDownload) {
   EXPECT_EQ(sum.to_host(), std::vector<double>{54.0});
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, EveryBackend, ::testing::ValuesIn(available_devices()));
+INSTANTIATE_TEST_SUITE_P(Devices, EveryBackend, ::testing::ValuesIn(available_devices()),
+                         [](const auto& info) { return info.param; });  // named cpu, checked, cuda
 
 TEST(CheckedBackend, HostReadOrWriteOfBackendMemoryDiesNamingTheBuffer) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
@@ -170,7 +171,7 @@ int run(const std::string& cmd, std::string* out) { return test_support::run_she
 // --device reaches the backend in every command that computes: a run trained
 // on the checked backend generates on it, and gives the cpu backend's weights.
 TEST(CliDevice, TrainAndGenerateOnTheCheckedBackendMatchTheCpu) {
-  const std::string bin = CTRL_BINARY, base = test_support::fresh_dir("ctrl_device", "run");
+  const std::string bin = test_support::ctrl_binary(), base = test_support::fresh_dir("ctrl_device", "run");
   const std::string common = " train --config tiny --set model.n_layer=1 --set model.n_ctx=16 --set model.vocab_size=50"
                              " --set train.micro_batch=2 --set train.global_batch=4 --set train.steps=2"
                              " --set train.eval_every=0 --quiet";

@@ -392,7 +392,8 @@ TEST(OpTableHarness, DetectsAWrongResult) {
   EXPECT_EQ(a.outputs[0][49], b.outputs[0][49]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, OpTable, ::testing::ValuesIn(available_devices()));
+INSTANTIATE_TEST_SUITE_P(Backends, OpTable, ::testing::ValuesIn(available_devices()),
+                         [](const auto& info) { return info.param; });  // named cpu, checked, cuda
 
 }  // namespace
 }  // namespace ctrl

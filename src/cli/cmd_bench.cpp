@@ -58,6 +58,7 @@ int run(const std::vector<std::string>& argv) {
     loss = model.forward_backward(tokens.data(), targets.data(), B, T, 1.0f / float(B * T), uint64_t(s)).mean();
     optimizer.clip(model.grads, config.train.clip_norm);
     optimizer.step(model.params, model.grads, config.train.lr);
+    ops->synchronize();  // a GPU backend's step has finished, not just been queued
     if (s >= warmup) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   // Training's peak, read before the GEMM peak measurement below allocates its own matrices.
