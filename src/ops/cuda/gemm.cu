@@ -52,9 +52,10 @@ cudaDataType_t cuda_type(DType t) {
   return CUDA_R_32F;
 }
 
-// The largest power of two (up to 256) that divides the address.
-int alignment(const void* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+// The largest power of two (up to 256) that divides the address, and for a
+// batch also every operand's address (base + i·stride elements).
+int alignment(const void* p, int64_t stride_elements = 0, size_t element = 0) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) | uintptr_t(stride_elements) * element;
   int k = 1;
   while (k < 256 && a % uintptr_t(2 * k) == 0) k *= 2;
   return k;
@@ -115,11 +116,15 @@ void CudaOps::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
   if (M == 0 || N == 0 || batch == 0) return;
   CTRL_ASSERT(A.dtype == B.dtype);
   CTRL_ASSERT(beta == 0.0f || C.dtype == DType::F32);
+  const int64_t many = batch > 1 ? 1 : 0;
+  const int align_a = alignment(A.data, many * stride_a, dtype_size(A.dtype)),
+            align_b = alignment(B.data, many * stride_b, dtype_size(B.dtype)),
+            align_c = alignment(C.data, many * stride_c, dtype_size(C.dtype));
   char key[512];
   std::snprintf(key, sizeof key, "%d%d|%lld,%lld,%lld|%d,%d|%lld,%lld,%lld|%lld,%lld,%lld,%lld|%d,%d,%d,%d|%d|%d",
                 int(ta), int(tb), (long long)M, (long long)N, (long long)K, int(A.dtype), int(C.dtype),
                 (long long)lda, (long long)ldb, (long long)ldc, (long long)batch, (long long)stride_a,
-                (long long)stride_b, (long long)stride_c, alignment(A.data), alignment(B.data), alignment(C.data),
+                (long long)stride_b, (long long)stride_c, align_a, align_b, align_c,
                 bias ? alignment(bias) : 0, bias != nullptr, int(tf32_));
   bool found = false;
   GemmPlan* p = plan(key, &found);
@@ -154,12 +159,12 @@ void CudaOps::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
                                                     &strides[i], sizeof strides[i]) == 0;
       }
     }
+    ok = ok && (!bias || alignment(bias) >= 16);  // the epilogue reads the bias in 16-byte vectors
     cublasLtMatmulPreference_t pref = nullptr;
     ok = ok && cublasLtMatmulPreferenceCreate(&pref) == 0;
     if (ok) {
       const uint64_t ws = workspace_bytes_;
-      const uint32_t align[4] = {uint32_t(alignment(B.data)), uint32_t(alignment(A.data)), uint32_t(alignment(C.data)),
-                                 uint32_t(alignment(C.data))};
+      const uint32_t align[4] = {uint32_t(align_b), uint32_t(align_a), uint32_t(align_c), uint32_t(align_c)};
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align[0], 4);
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[1], 4);
