@@ -3,8 +3,9 @@
 # and packs what a GPU machine without Debian's libraries needs to run the
 # GPU check (scripts/gpu_check.sh): ctrl, ctrl_tests, the test fixtures and
 # data, and every shared library ldd lists except the NVIDIA driver's and
-# CUDA's own (libcuda, libcublas*, which the GPU machine has; cudart is
-# linked statically). One xz tarball, at most 60 MiB.
+# CUDA's own (cudart is linked statically; cuBLASLt is opened at run time
+# from the GPU machine's toolkit or PyTorch's NVIDIA wheels). One xz
+# tarball, at most 60 MiB.
 #
 #   scripts/gpu_bundle.sh            # build-gpu/, sm_90 (H100/H200) + PTX
 #   CTRL_GPU_ARCHS="75;80;90" scripts/gpu_bundle.sh
@@ -53,9 +54,16 @@ mkdir -p "$stage/glibc"
 for bin in "$stage/bin/ctrl" "$stage/bin/ctrl_tests"; do
   ldd "$bin" | awk '/(ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so)/ {print ($3 ~ /^\//) ? $3 : $1}'
 done | sort -u | while read -r path; do cp -L "$path" "$stage/glibc/"; done
-# What the binaries need from NVIDIA, for gpu_check.sh to find on the GPU machine.
-for bin in "$stage/bin/ctrl" "$stage/bin/ctrl_tests"; do ldd "$bin" | awk '{print $1}'; done |
-  grep -E '^(libcublas|libcudart|libcuda)' | sort -u >"$stage/nvidia-libs.txt" || true
+# What the binaries need from NVIDIA, for gpu_check.sh to find on the GPU
+# machine: cuBLASLt, which the backend opens at run time (the toolkit's major
+# version first, then 12), and anything ldd shows linked.
+cuda_major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+{
+  echo "libcublasLt.so.$cuda_major"
+  [[ $cuda_major == 12 ]] || echo "libcublasLt.so.12"
+  for bin in "$stage/bin/ctrl" "$stage/bin/ctrl_tests"; do ldd "$bin" | awk '{print $1}'; done |
+    grep -E '^(libcublas|libcudart)' || true
+} | awk '!seen[$0]++' >"$stage/nvidia-libs.txt"
 git rev-parse HEAD >"$stage/commit.txt" 2>/dev/null || echo unknown >"$stage/commit.txt"
 {
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"

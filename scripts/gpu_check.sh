@@ -9,7 +9,7 @@
 # --version); the op table and EveryBackend on cuda against the CPU
 # reference; the model-level suite on cuda (ctest's cuda_suite filter:
 # training, bit-exact resume, HF fixtures, mixed precision, gradient checks);
-# ctrl bench --device cuda on tiny and small in fp32 and bf16. A phase that
+# ctrl bench --device cuda on tiny and small in fp32 and bf16, base in bf16. A phase that
 # fails or times out is recorded and the next one still runs.
 # Without a GPU it stops after the first phase with "no CUDA device".
 set -uo pipefail
@@ -31,8 +31,10 @@ log "unpacked $bundle into $work ($(cat "$work/build-info.txt" | tr '\n' ' '))"
 # or the NVIDIA wheels that PyTorch brings.
 need=$(cat "$work/nvidia-libs.txt" 2>/dev/null | tr '\n' ' ')
 cuda_dirs=()
+have_lt=""
 for lib in $need; do
   [[ $lib == libcuda.so* ]] && continue
+  [[ $lib == libcublasLt.so.* && -n $have_lt ]] && continue  # one cuBLASLt is enough
   found=""
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 \
            /usr/lib/x86_64-linux-gnu /usr/lib64; do
@@ -54,7 +56,12 @@ PY
   if [[ -z $found ]]; then
     found=$(timeout 30 find / -xdev -name "$lib" -not -path '*/proc/*' 2>/dev/null | head -1 | xargs -r dirname)
   fi
-  if [[ -n $found ]]; then cuda_dirs+=("$found"); log "$lib: $found"; else log "$lib: NOT FOUND on this machine"; fi
+  if [[ -n $found ]]; then
+    cuda_dirs+=("$found"); log "$lib: $found"
+    [[ $lib == libcublasLt.so.* ]] && have_lt=$lib
+  else
+    log "$lib: not found on this machine"
+  fi
 done
 cuda_path=$(IFS=:; echo "${cuda_dirs[*]:-}")
 export LD_LIBRARY_PATH="$work/lib${cuda_path:+:$cuda_path}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -135,23 +142,30 @@ phase() {
 }
 
 # Phase 2: every op against the CPU reference, repeat determinism, memory.
-phase ops 90 "$work/run/ctrl_tests" --gtest_filter='Backends/OpTable.*/cuda:Devices/EveryBackend.*/cuda:Backend.*' \
-  --gtest_output="json:$out/ops.json"
+# If it fails, once more with cuBLASLt off (every product on the plain
+# fallback kernel), which tells a cuBLASLt problem from a kernel problem.
+ops_filter='Backends/OpTable.*/cuda:Devices/EveryBackend.*/cuda:Backend.*'
+phase ops 75 "$work/run/ctrl_tests" --gtest_filter="$ops_filter" --gtest_output="json:$out/ops.json"
+if ! grep -q '^| ops | ok' "$results"; then
+  phase ops_without_cublaslt 60 env CTRL_CUDA_NO_CUBLASLT=1 "$work/run/ctrl_tests" --gtest_filter="$ops_filter" \
+    --gtest_output="json:$out/ops_without_cublaslt.json"
+fi
 
 # Phase 3: the model-level suite on the CUDA backend (CMakeLists.txt's
 # cuda_suite filter), in four parts so that one part's timeout keeps the
 # others' reports.
 suite() { phase "$1" "$2" env CTRL_DEVICE=cuda "$work/run/ctrl_tests" --gtest_filter="$3" --gtest_output="json:$out/$1.json"; }
-suite suite_train 70 'Trainer*:Checkpoint*:Clip*'
-suite suite_mixed 60 'MixedPrecision*'
-suite suite_hf 50 'HuggingFace*:Generator*:Oracle/*:ToyTask*:Plan.*'
-suite suite_grad 60 'GradCheck.WholeModel*:GradCheck.ParameterGradients*:GradCheck.MicroBatches*:Variants/DoubleReference*:Lighter*'
+suite suite_train 60 'Trainer*:Checkpoint*:Clip*'
+suite suite_mixed 50 'MixedPrecision*'
+suite suite_hf 45 'HuggingFace*:Generator*:Oracle/*:ToyTask*:Plan.*'
+suite suite_grad 55 'GradCheck.WholeModel*:GradCheck.ParameterGradients*:GradCheck.MicroBatches*:Variants/DoubleReference*:Lighter*'
 
 # Phase 4: throughput (bench/results takes these JSON files).
-for cfg in tiny small; do
-  for prec in fp32 bf16; do
+for run in tiny:fp32 tiny:bf16 small:fp32 small:bf16 base:bf16; do
+  cfg=${run%:*} prec=${run#*:}
+  (
     name=bench_${cfg}_${prec}
-    phase "$name" 30 "$work/run/ctrl" bench --device cuda --config "$cfg" --steps 10 --warmup 3 \
+    phase "$name" 25 "$work/run/ctrl" bench --device cuda --config "$cfg" --steps 10 --warmup 3 \
       --set train.precision=$prec --json
     sed -n '/^{/,/^}/p' "$out/$name.log" >"$out/$name.result.json" 2>/dev/null
     python3 - "$out/$name.result.json" >>"$results" 2>/dev/null <<'PY' || true
@@ -160,7 +174,7 @@ j = json.load(open(sys.argv[1]))
 keys = ["config", "precision", "tokens_per_s", "it_per_s", "achieved_gflops", "gemm_peak_gflops", "share_of_gemm_peak", "final_loss"]
 print("|  | " + ", ".join(f"{k} {j[k]:.4g}" if isinstance(j.get(k), float) else f"{k} {j[k]}" for k in keys if k in j) + " | | |")
 PY
-  done
+  )
 done
 
 log "done in $(( $(date +%s) - t0 ))s; table: $results"

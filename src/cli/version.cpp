@@ -16,7 +16,7 @@ std::string version_string() {
 #ifdef CTRL_HAVE_CUDA
   const auto devices = available_devices();
   const bool gpu = std::find(devices.begin(), devices.end(), "cuda") != devices.end();
-  v += std::string("; CUDA: yes, built with CUDA ") + CTRL_CUDA_VERSION + ", cuBLASLt; " +
+  v += std::string("; CUDA: yes, built with CUDA ") + CTRL_CUDA_VERSION + " (cuBLASLt loaded at run time); " +
        (gpu ? "a CUDA device is present" : "no CUDA device found");
 #else
   v += "; CUDA: no";

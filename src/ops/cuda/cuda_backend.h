@@ -13,8 +13,5 @@ namespace ctrl::cuda {
 int device_count();
 // The backend on GPU `device` (0-based, as in --device cuda:N).
 std::unique_ptr<Ops> make_cuda_ops(int device);
-// "CUDA 13.0 (runtime 13000, driver 13000)"-style line for reports; the driver
-// part only when a driver is present.
-std::string describe();
 
 }  // namespace ctrl::cuda

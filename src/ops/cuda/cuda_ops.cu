@@ -1,5 +1,6 @@
 // The CUDA backend's device, stream, memory, scratch and reports; the ops
 // live in the other files of this folder, one per op group.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,16 +29,6 @@ int device_count() {
   return n;
 }
 
-std::string describe() {
-  int runtime = 0, driver = 0;
-  cudaRuntimeGetVersion(&runtime);
-  std::string s = "CUDA " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10);
-  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0)
-    s += ", driver API " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
-  cudaGetLastError();
-  return s;
-}
-
 std::unique_ptr<Ops> make_cuda_ops(int device) { return std::make_unique<CudaOps>(device); }
 
 CudaOps::CudaOps(int device) : device_(device) {
@@ -54,7 +45,7 @@ CudaOps::CudaOps(int device) : device_(device) {
   const char* tf32 = std::getenv("CTRL_CUDA_TF32");
   tf32_ = tf32 && std::strcmp(tf32, "1") == 0;
   CTRL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  CTRL_CUDA(cublasLtCreate(&lt_));
+  init_gemm();
   workspace_bytes_ = size_t(32) << 20;
   CTRL_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
 }
@@ -96,12 +87,11 @@ CudaOps::~CudaOps() {
   // No throwing here: errors at teardown (e.g. after a device fault) are ignored.
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
-  release_plans();
   for (void* p : slots_) cudaFree(p);
   cudaFree(positions_);
   cudaFree(segments_dev_);
   cudaFree(workspace_);
-  if (lt_) cublasLtDestroy(lt_);
+  release_gemm();
   if (stream_) cudaStreamDestroy(stream_);
 }
 

@@ -13,6 +13,10 @@
 //    cuBLASLt's algorithm for a shape is chosen once and cached.
 //  - fp32 products run in fp32 (TF32 only when CTRL_CUDA_TF32=1 is set);
 //    bf16/fp16 products accumulate in fp32.
+//  - cuBLASLt is loaded at run time (dlopen), so a machine without it still
+//    runs every op: the products then take a plain fallback kernel (slow),
+//    with one warning. CTRL_CUDA_NO_CUBLASLT=1 forces that path (to tell a
+//    cuBLASLt problem from a kernel problem).
 //
 // UNVERIFIED: this code compiles on the development machines, which have no
 // GPU; it has not yet run on one (docs/design-backend.md, "The CUDA backend").
@@ -118,7 +122,8 @@ class CudaOps final : public Ops {
  private:
   struct GemmPlan;  // gemm.cu
   GemmPlan* plan(const std::string& key, bool* found);
-  void release_plans();
+  void init_gemm();     // loads cuBLASLt (libcublasLt.so.13 or .12) and makes the handle
+  void release_gemm();  // the plans and the handle
   int device_ = 0, sm_major_ = 0, sm_minor_ = 0;
   bool tf32_ = false;
   cudaStream_t stream_ = nullptr;

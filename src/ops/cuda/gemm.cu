@@ -8,13 +8,84 @@
 // dimensions, batch, pointer alignment, bias) gets its descriptors and the
 // heuristic's first algorithm once; later calls reuse them, so a run's
 // products always take the same algorithm (bit-identical reruns).
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "ops/cuda/common.cuh"
 
 namespace ctrl::cuda {
+
+namespace {
+
+// cuBLASLt's entry points, resolved with dlopen so that the binary does not
+// need the library to start (the header gives the types; nothing links it).
+struct LtApi {
+  bool loaded = false;
+  std::string from;  // the file loaded, or why none was
+#define CTRL_LT_FN(name) decltype(&::name) name = nullptr;
+  CTRL_LT_FN(cublasLtCreate)
+  CTRL_LT_FN(cublasLtDestroy)
+  CTRL_LT_FN(cublasLtMatmulDescCreate)
+  CTRL_LT_FN(cublasLtMatmulDescDestroy)
+  CTRL_LT_FN(cublasLtMatmulDescSetAttribute)
+  CTRL_LT_FN(cublasLtMatrixLayoutCreate)
+  CTRL_LT_FN(cublasLtMatrixLayoutDestroy)
+  CTRL_LT_FN(cublasLtMatrixLayoutSetAttribute)
+  CTRL_LT_FN(cublasLtMatmulPreferenceCreate)
+  CTRL_LT_FN(cublasLtMatmulPreferenceDestroy)
+  CTRL_LT_FN(cublasLtMatmulPreferenceSetAttribute)
+  CTRL_LT_FN(cublasLtMatmulAlgoGetHeuristic)
+  CTRL_LT_FN(cublasLtMatmul)
+#undef CTRL_LT_FN
+};
+
+const LtApi& lt_api() {
+  static LtApi api;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* off = std::getenv("CTRL_CUDA_NO_CUBLASLT");
+    if (off && std::strcmp(off, "1") == 0) {
+      api.from = "CTRL_CUDA_NO_CUBLASLT=1";
+      return;
+    }
+    void* lib = nullptr;
+    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"})
+      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) {
+        api.from = name;
+        break;
+      }
+    if (!lib) {
+      api.from = "libcublasLt.so.13 or .12 not found on the library path";
+      return;
+    }
+    bool ok = true;
+#define CTRL_LT_LOAD(name) \
+  ok = ok && (api.name = reinterpret_cast<decltype(api.name)>(dlsym(lib, #name))) != nullptr;
+    CTRL_LT_LOAD(cublasLtCreate)
+    CTRL_LT_LOAD(cublasLtDestroy)
+    CTRL_LT_LOAD(cublasLtMatmulDescCreate)
+    CTRL_LT_LOAD(cublasLtMatmulDescDestroy)
+    CTRL_LT_LOAD(cublasLtMatmulDescSetAttribute)
+    CTRL_LT_LOAD(cublasLtMatrixLayoutCreate)
+    CTRL_LT_LOAD(cublasLtMatrixLayoutDestroy)
+    CTRL_LT_LOAD(cublasLtMatrixLayoutSetAttribute)
+    CTRL_LT_LOAD(cublasLtMatmulPreferenceCreate)
+    CTRL_LT_LOAD(cublasLtMatmulPreferenceDestroy)
+    CTRL_LT_LOAD(cublasLtMatmulPreferenceSetAttribute)
+    CTRL_LT_LOAD(cublasLtMatmulAlgoGetHeuristic)
+    CTRL_LT_LOAD(cublasLtMatmul)
+#undef CTRL_LT_LOAD
+    if (!ok) api.from += " lacks a cuBLASLt function";
+    api.loaded = ok;
+  });
+  return api;
+}
+
+}  // namespace
 
 struct CudaOps::GemmPlan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -22,12 +93,33 @@ struct CudaOps::GemmPlan {
   cublasLtMatmulAlgo_t algo{};
   bool usable = false;  // false: cuBLASLt had no algorithm; the fallback kernel runs it
   ~GemmPlan() {
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    const LtApi& lt = lt_api();
+    if (a) lt.cublasLtMatrixLayoutDestroy(a);
+    if (b) lt.cublasLtMatrixLayoutDestroy(b);
+    if (c) lt.cublasLtMatrixLayoutDestroy(c);
+    if (desc) lt.cublasLtMatmulDescDestroy(desc);
   }
 };
+
+void CudaOps::init_gemm() {
+  const LtApi& lt = lt_api();
+  if (lt.loaded) {
+    CTRL_CUDA(lt.cublasLtCreate(&lt_));
+    return;
+  }
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    std::fprintf(stderr, "ctrl: cuda: no cuBLASLt (%s); matrix products run on a slow fallback kernel\n",
+                 lt.from.c_str());
+  });
+}
+
+void CudaOps::release_gemm() {
+  for (auto& [key, p] : plans_) delete p;
+  plans_.clear();
+  if (lt_) lt_api().cublasLtDestroy(lt_);
+  lt_ = nullptr;
+}
 
 CudaOps::GemmPlan* CudaOps::plan(const std::string& key, bool* found) {
   auto it = plans_.find(key);
@@ -36,11 +128,6 @@ CudaOps::GemmPlan* CudaOps::plan(const std::string& key, bool* found) {
   GemmPlan* p = new GemmPlan;
   plans_[key] = p;
   return p;
-}
-
-void CudaOps::release_plans() {
-  for (auto& [key, p] : plans_) delete p;
-  plans_.clear();
 }
 
 namespace {
@@ -128,72 +215,73 @@ void CudaOps::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
                 bias ? alignment(bias) : 0, bias != nullptr, int(tf32_));
   bool found = false;
   GemmPlan* p = plan(key, &found);
-  if (!found) {
+  const LtApi& lt = lt_api();
+  if (!found && lt_) {
     // Column-major view: D (m×n) = op(A')·op(B'), A' = B (m×k after op), B' = A (k×n after op).
     const uint64_t m = uint64_t(N), n = uint64_t(M), k = uint64_t(K);
     const cudaDataType_t in = cuda_type(A.dtype), out = cuda_type(C.dtype);
     const cublasComputeType_t compute =
         A.dtype == DType::F32 ? (tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F) : CUBLAS_COMPUTE_32F;
-    bool ok = cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+    bool ok = lt.cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
     const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a) == 0;
-    ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b) == 0;
+    ok = ok && lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a) == 0;
+    ok = ok && lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b) == 0;
     if (bias) {
       const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
       const cudaDataType_t bias_type = CUDA_R_32F;  // the bias is fp32 whatever C is
-      ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == 0;
-      ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+      ok = ok && lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == 0;
+      ok = ok && lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                 sizeof bias_type) == 0;
     }
-    ok = ok && cublasLtMatrixLayoutCreate(&p->a, in, tb ? k : m, tb ? m : k, ldb) == 0;
-    ok = ok && cublasLtMatrixLayoutCreate(&p->b, in, ta ? n : k, ta ? k : n, lda) == 0;
-    ok = ok && cublasLtMatrixLayoutCreate(&p->c, out, m, n, ldc) == 0;
+    ok = ok && lt.cublasLtMatrixLayoutCreate(&p->a, in, tb ? k : m, tb ? m : k, ldb) == 0;
+    ok = ok && lt.cublasLtMatrixLayoutCreate(&p->b, in, ta ? n : k, ta ? k : n, lda) == 0;
+    ok = ok && lt.cublasLtMatrixLayoutCreate(&p->c, out, m, n, ldc) == 0;
     if (batch > 1) {
       const int32_t count = int32_t(batch);
       const int64_t strides[3] = {stride_b, stride_a, stride_c};
       cublasLtMatrixLayout_t layouts[3] = {p->a, p->b, p->c};
       for (int i = 0; i < 3; ++i) {
-        ok = ok && cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+        ok = ok && lt.cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
                                                     sizeof count) == 0;
-        ok = ok && cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+        ok = ok && lt.cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                                     &strides[i], sizeof strides[i]) == 0;
       }
     }
     ok = ok && (!bias || alignment(bias) >= 16);  // the epilogue reads the bias in 16-byte vectors
     cublasLtMatmulPreference_t pref = nullptr;
-    ok = ok && cublasLtMatmulPreferenceCreate(&pref) == 0;
+    ok = ok && lt.cublasLtMatmulPreferenceCreate(&pref) == 0;
     if (ok) {
       const uint64_t ws = workspace_bytes_;
       const uint32_t align[4] = {uint32_t(align_b), uint32_t(align_a), uint32_t(align_c), uint32_t(align_c)};
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align[0], 4);
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[1], 4);
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[2], 4);
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[3], 4);
+      lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+      lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align[0], 4);
+      lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[1], 4);
+      lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[2], 4);
+      lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[3], 4);
       // Split-K partials reduced in place in the output buffer are left out, to
       // keep every reduction's order fixed.
       const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~uint32_t(CUBLASLT_REDUCTION_SCHEME_INPLACE);
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes);
+      lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes);
       cublasLtMatmulHeuristicResult_t result{};
       int count = 0;
-      if (cublasLtMatmulAlgoGetHeuristic(lt_, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &count) == 0 &&
+      if (lt.cublasLtMatmulAlgoGetHeuristic(lt_, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &count) == 0 &&
           count > 0) {
         p->algo = result.algo;
         p->usable = true;
       }
     }
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (pref) lt.cublasLtMatmulPreferenceDestroy(pref);
     if (!p->usable && std::getenv("CTRL_CUDA_VERBOSE"))
       std::fprintf(stderr, "ctrl: cuda: cuBLASLt has no algorithm for product %s; using the fallback kernel\n", key);
   }
   if (p->usable) {
     if (bias)
-      CTRL_CUDA(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    CTRL_CUDA(cublasLtMatmul(lt_, p->desc, &alpha, B.data, p->a, A.data, p->b, &beta, C.data, p->c, C.data, p->c,
+      CTRL_CUDA(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    CTRL_CUDA(lt.cublasLtMatmul(lt_, p->desc, &alpha, B.data, p->a, A.data, p->b, &beta, C.data, p->c, C.data, p->c,
                              &p->algo, workspace_, workspace_bytes_, stream_));
     return;
   }
-  if (bias && C.dtype != DType::F32) {  // e.g. no fp32-bias epilogue into 16-bit C: fp32, then one rounding
+  if (bias && C.dtype != DType::F32 && lt_) {  // e.g. no fp32-bias epilogue into 16-bit C: fp32, then one rounding
     float* tmp = static_cast<float*>(scratch(kF32Out, size_t(M * N * batch) * sizeof(float)));
     CTRL_ASSERT(batch == 1 && ldc == N);
     gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, tmp, N, bias);
