@@ -70,6 +70,9 @@ git rev-parse HEAD >"$stage/commit.txt" 2>/dev/null || echo unknown >"$stage/com
   echo "commit: $(cat "$stage/commit.txt")$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "cuda architectures: $archs"
   nvcc --version | tail -2
+  # The newest C library symbol version the binaries and libraries need (the
+  # GPU machine's glibc must be at least this, or gpu_check.sh uses the bundled one).
+  echo "needs glibc: $(objdump -T "$stage"/bin/* "$stage"/lib/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)"
 } >"$stage/build-info.txt"
 cp scripts/gpu_check.sh "$stage/"
 
