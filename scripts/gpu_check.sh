@@ -54,7 +54,7 @@ PY
     done
   fi
   if [[ -z $found ]]; then
-    found=$(timeout 30 find / -xdev -name "$lib" -not -path '*/proc/*' 2>/dev/null | head -1 | xargs -r dirname)
+    found=$(timeout 15 find / -xdev -name "$lib" -not -path '*/proc/*' 2>/dev/null | head -1 | xargs -r dirname)
   fi
   if [[ -n $found ]]; then
     cuda_dirs+=("$found"); log "$lib: $found"
