@@ -145,7 +145,8 @@ phase() {
 # If it fails, once more with cuBLASLt off (every product on the plain
 # fallback kernel), which tells a cuBLASLt problem from a kernel problem.
 ops_filter='Backends/OpTable.*/cuda:Devices/EveryBackend.*/cuda:Backend.*'
-phase ops 75 "$work/run/ctrl_tests" --gtest_filter="$ops_filter" --gtest_output="json:$out/ops.json"
+# CTRL_CUDA_VERBOSE names every product shape cuBLASLt had no algorithm for (in ops.log).
+phase ops 75 env CTRL_CUDA_VERBOSE=1 "$work/run/ctrl_tests" --gtest_filter="$ops_filter" --gtest_output="json:$out/ops.json"
 if ! grep -q '^| ops | ok' "$results"; then
   phase ops_without_cublaslt 60 env CTRL_CUDA_NO_CUBLASLT=1 "$work/run/ctrl_tests" --gtest_filter="$ops_filter" \
     --gtest_output="json:$out/ops_without_cublaslt.json"
