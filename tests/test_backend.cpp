@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -14,14 +15,55 @@
 namespace ctrl {
 namespace {
 
+bool has_cuda_device() {
+  const auto d = available_devices();
+  return std::find(d.begin(), d.end(), "cuda") != d.end();
+}
+
 TEST(Backend, FactoryKnowsCpuAndCheckedAndRejectsOthers) {
-  EXPECT_EQ(available_devices(), (std::vector<std::string>{"cpu", "checked"}));
+  // cpu and checked always; cuda only in a CUDA build on a machine with a CUDA device.
+  std::vector<std::string> expected = {"cpu", "checked"};
+#ifdef CTRL_HAVE_CUDA
+  if (has_cuda_device()) expected.push_back("cuda");
+#endif
+  EXPECT_EQ(available_devices(), expected);
   EXPECT_STREQ(make_ops("checked")->name(), "checked");
   try {
     make_ops("cuda0");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown device 'cuda0'"), std::string::npos) << e.what();
+  }
+}
+
+// --device cuda where there is none fails with one line saying which is missing:
+// CUDA in the build, or a device on the machine.
+TEST(Backend, CudaRequestedButAbsentFailsWithOneClearLine) {
+  if (has_cuda_device()) {
+    EXPECT_STREQ(make_ops("cuda")->name(), "cuda");
+    try {
+      make_ops("cuda:99");
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("CUDA device(s), numbered from 0"), std::string::npos) << e.what();
+    }
+    return;
+  }
+#ifdef CTRL_HAVE_CUDA
+  const std::string why = "no CUDA device found";
+#else
+  const std::string why = "this build has no CUDA";
+#endif
+  for (const char* name : {"cuda", "cuda:1"}) {
+    try {
+      make_ops(name);
+      FAIL() << "no error for " << name;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(std::string("device '") + name + "'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(why), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
   }
 }
 
@@ -62,7 +104,8 @@ TEST_P(EveryBackend, MemoryRoundTripsThroughUploadAndDownload) {
   EXPECT_EQ(sum.to_host(), std::vector<double>{54.0});
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, EveryBackend, ::testing::ValuesIn(available_devices()));
+INSTANTIATE_TEST_SUITE_P(Devices, EveryBackend, ::testing::ValuesIn(available_devices()),
+                         [](const auto& info) { return info.param; });  // named cpu, checked, cuda
 
 TEST(CheckedBackend, HostReadOrWriteOfBackendMemoryDiesNamingTheBuffer) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
@@ -128,7 +171,7 @@ int run(const std::string& cmd, std::string* out) { return test_support::run_she
 // --device reaches the backend in every command that computes: a run trained
 // on the checked backend generates on it, and gives the cpu backend's weights.
 TEST(CliDevice, TrainAndGenerateOnTheCheckedBackendMatchTheCpu) {
-  const std::string bin = CTRL_BINARY, base = test_support::fresh_dir("ctrl_device", "run");
+  const std::string bin = test_support::ctrl_binary(), base = test_support::fresh_dir("ctrl_device", "run");
   const std::string common = " train --config tiny --set model.n_layer=1 --set model.n_ctx=16 --set model.vocab_size=50"
                              " --set train.micro_batch=2 --set train.global_batch=4 --set train.steps=2"
                              " --set train.eval_every=0 --quiet";
@@ -143,7 +186,7 @@ TEST(CliDevice, TrainAndGenerateOnTheCheckedBackendMatchTheCpu) {
   EXPECT_EQ(a, b);
   EXPECT_FALSE(a.empty());
   EXPECT_NE(run(bin + common + " --device tpu --out " + base + "_bad 2>&1", &out), 0);
-  EXPECT_NE(out.find("train.device must be cpu or checked, got 'tpu'"), std::string::npos) << out;
+  EXPECT_NE(out.find("train.device must be cpu, checked, cuda or cuda:N, got 'tpu'"), std::string::npos) << out;
 }
 
 }  // namespace

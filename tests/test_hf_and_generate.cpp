@@ -16,7 +16,7 @@ using namespace ctrl;
 
 namespace {
 
-const std::string kFixtures = std::string(CTRL_SOURCE_DIR) + "/tests/fixtures/";
+const std::string kFixtures = test_support::source_dir() + "/tests/fixtures/";
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("ctrl_hf_" + name + "_" + std::to_string(getpid()))).string();

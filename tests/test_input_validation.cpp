@@ -54,7 +54,7 @@ std::string error_of(F&& f) {
 
 // Runs the ctrl binary; returns its exit status and its stderr+stdout.
 int ctrl_cli(const std::string& args, std::string* out) {
-  return test_support::run_shell(std::string(CTRL_BINARY) + " " + args + " 2>&1", out);
+  return test_support::run_shell(test_support::ctrl_binary() + " " + args + " 2>&1", out);
 }
 
 Config small_config(int64_t steps) { return test_support::tiny_trainer_config(steps, 2); }

@@ -26,7 +26,7 @@ Fixture load(const std::string& name) {
   Fixture f;
   // CTRL_FIXTURE_DIR points the oracle tests at regenerated fixtures (tools/check_fixtures.sh).
   const char* dir = std::getenv("CTRL_FIXTURE_DIR");
-  f.file = std::make_unique<SafetensorsReader>((dir ? std::string(dir) : std::string(CTRL_SOURCE_DIR) + "/tests/fixtures") +
+  f.file = std::make_unique<SafetensorsReader>((dir ? std::string(dir) : test_support::source_dir() + "/tests/fixtures") +
                                                "/" + name);
   const auto hf = nlohmann::json::parse(f.file->metadata().at("config"));
   f.config.vocab_size = hf["vocab_size"];

@@ -358,6 +358,21 @@ TEST_P(OpTable, EveryOpMatchesTheCpuReferenceWithinItsBound) {
   }
 }
 
+// Determinism: every op gives the same bits when run again on the same
+// inputs (no reduction whose order depends on scheduling, no float atomics).
+TEST_P(OpTable, RepeatedRunsAreBitIdentical) {
+  auto backend = make_ops(GetParam());
+  for (const Case& c : all_cases()) {
+    const Result a = run_case(*backend, c), b = run_case(*backend, c);
+    bool same = std::memcmp(&a.value, &b.value, sizeof a.value) == 0;
+    for (size_t k = 0; k < a.outputs.size(); ++k)
+      for (size_t i = 0; i < a.outputs[k].size(); ++i)
+        same = same && (std::memcmp(&a.outputs[k][i], &b.outputs[k][i], sizeof(double)) == 0 ||
+                        (std::isnan(a.outputs[k][i]) && std::isnan(b.outputs[k][i])));
+    EXPECT_TRUE(same) << GetParam() << ": " << c.name << " differs between two runs";
+  }
+}
+
 // The harness itself can fail: a backend that computes something else is caught.
 TEST(OpTableHarness, DetectsAWrongResult) {
   auto reference = test_support::make_cpu_reference();
@@ -377,7 +392,8 @@ TEST(OpTableHarness, DetectsAWrongResult) {
   EXPECT_EQ(a.outputs[0][49], b.outputs[0][49]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, OpTable, ::testing::ValuesIn(available_devices()));
+INSTANTIATE_TEST_SUITE_P(Backends, OpTable, ::testing::ValuesIn(available_devices()),
+                         [](const auto& info) { return info.param; });  // named cpu, checked, cuda
 
 }  // namespace
 }  // namespace ctrl

@@ -142,7 +142,7 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin10Percent) {
   // `small` at micro-batch 8: about 0.6-0.7 GiB of buffers, one timed step, in fp32 and bf16.
   for (const char* precision : {"fp32", "bf16"}) {
     std::string out;
-    ASSERT_EQ(run(std::string(CTRL_BINARY) + " bench --config small --steps 1 --warmup 0 --json --set train.precision=" +
+    ASSERT_EQ(run(test_support::ctrl_binary() + " bench --config small --steps 1 --warmup 0 --json --set train.precision=" +
                       precision,
                   &out),
               0)
@@ -344,7 +344,7 @@ TEST(Plan, UnsupportedPrecisionsAreRefused) {
 
 TEST(Plan, CommandLineJsonIsParseableAndMatchesTheLibrary) {
   std::string out;
-  ASSERT_EQ(run(std::string(CTRL_BINARY) +
+  ASSERT_EQ(run(test_support::ctrl_binary() +
                     " plan --config base --tokens 10e9 --gpu V100-16GB --gpus 2 --precision fp16 --json"
                     " --price-per-hour 3",
                 &out),
@@ -359,7 +359,7 @@ TEST(Plan, CommandLineJsonIsParseableAndMatchesTheLibrary) {
   EXPECT_EQ(j.at("mfu_source").get<std::string>(), "default");
   EXPECT_NEAR(j.at("cost").get<double>(), p.hours_no_overlap * 3 * 2, 1e-6);
   // The readable form ends with the verdict line.
-  ASSERT_EQ(run(std::string(CTRL_BINARY) + " plan --config base --tokens 10e9 --gpu V100-16GB --gpus 2 --precision fp16",
+  ASSERT_EQ(run(test_support::ctrl_binary() + " plan --config base --tokens 10e9 --gpu V100-16GB --gpus 2 --precision fp16",
                 &out),
             0);
   EXPECT_NE(out.find("\nfits: yes, largest micro-batch " + std::to_string(p.largest_micro_batch)), std::string::npos)
@@ -367,7 +367,7 @@ TEST(Plan, CommandLineJsonIsParseableAndMatchesTheLibrary) {
 }
 
 TEST(Plan, BadFlagsGiveOneLineErrors) {
-  const std::string base = std::string(CTRL_BINARY) + " plan --config base ";
+  const std::string base = test_support::ctrl_binary() + " plan --config base ";
   const std::string bad_json = testing::TempDir() + "plan_bad_bench.json";
   std::ofstream(bad_json) << "{\"tokens_per_s\": 1}";
   const std::vector<std::pair<std::string, std::string>> cases = {

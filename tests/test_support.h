@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <filesystem>
 #include <string>
@@ -29,6 +30,18 @@ inline int run_shell(const std::string& cmd, std::string* out) {
   while ((n = fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
   const int status = pclose(f);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The source tree and the ctrl binary: compiled in, or CTRL_TEST_SOURCE_DIR /
+// CTRL_TEST_BINARY when the tests run from a bundle unpacked elsewhere
+// (scripts/gpu_check.sh on a GPU machine).
+inline std::string source_dir() {
+  const char* e = std::getenv("CTRL_TEST_SOURCE_DIR");
+  return e && *e ? e : CTRL_SOURCE_DIR;
+}
+inline std::string ctrl_binary() {
+  const char* e = std::getenv("CTRL_TEST_BINARY");
+  return e && *e ? e : CTRL_BINARY;
 }
 
 // The backend that model-level tests run on: cpu, or the one CTRL_DEVICE names

@@ -17,7 +17,7 @@ namespace {
 
 const char* kUsage =
     "usage: ctrl bench --config FILE|PRESET [--steps N] [--warmup N] [--threads N] [--set key=value]... [--json]\n"
-    "                  [--profile] [--device cpu|checked]\n\n"
+    "                  [--profile] [--device cpu|checked|cuda[:N]]\n\n"
     "Times full training steps (forward, backward, clipping, optimizer) of one micro-batch of\n"
     "synthetic tokens, after --warmup untimed steps (default 2; --steps default 10), and prints\n"
     "it/s, tokens/s, achieved FLOP/s and its share of this machine's measured GEMM peak (of the\n"
@@ -58,6 +58,7 @@ int run(const std::vector<std::string>& argv) {
     loss = model.forward_backward(tokens.data(), targets.data(), B, T, 1.0f / float(B * T), uint64_t(s)).mean();
     optimizer.clip(model.grads, config.train.clip_norm);
     optimizer.step(model.params, model.grads, config.train.lr);
+    ops->synchronize();  // a GPU backend's step has finished, not just been queued
     if (s >= warmup) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   // Training's peak, read before the GEMM peak measurement below allocates its own matrices.

@@ -11,7 +11,7 @@ namespace {
 
 const char* kUsage =
     "usage: ctrl eval --model CKPT --data DIR [--max-sequences N] [--batch N] [--json]\n"
-    "                 [--device cpu|checked]\n\n"
+    "                 [--device cpu|checked|cuda[:N]]\n\n"
     "Loss (nats per token) and perplexity of a checkpoint on each control code's held-out split of a\n"
     "prepared corpus, over up to N windows of n_ctx tokens per code (default 256).\n";
 

@@ -15,7 +15,7 @@ namespace {
 const char* kUsage =
     "usage: ctrl generate --model CKPT --control CODE [--prompt TEXT] [--max-tokens N] [--temperature T]\n"
     "                     [--penalty THETA] [--top-k K] [--top-p P] [--seed S] [--ids]\n"
-    "                     [--device cpu|checked]\n\n"
+    "                     [--device cpu|checked|cuda[:N]]\n\n"
     "Generates text that starts with control code CODE (see the list an unknown code prints) and the\n"
     "prompt. CTRL's penalized sampling: logits of tokens already present are divided by THETA\n"
     "(default 1.2; 1 disables); temperature 0 (default) is greedy, otherwise top-k/top-p sampling.\n"

@@ -11,7 +11,7 @@ namespace {
 
 const char* kUsage =
     "usage: ctrl train --config FILE|PRESET --out RUN_DIR [--data DIR] [--set section.key=value]... [--resume]\n"
-    "                  [--zero 0|1] [--timeout SECONDS] [--device cpu|checked]\n\n"
+    "                  [--zero 0|1] [--timeout SECONDS] [--device cpu|checked|cuda[:N]]\n\n"
     "Trains a CTRL model. PRESET is tiny, small, base or ctrl; a TOML file has [model] and [train] tables\n"
     "(and may start with preset = \"small\"). --data DIR is a corpus from `ctrl prepare` (same as\n"
     "--set train.data=DIR); without it the model trains on synthetic random tokens.\n"

@@ -1,4 +1,7 @@
+#include <algorithm>
 #include <string>
+
+#include "ops/ops.h"
 
 namespace ctrl::cli {
 
@@ -11,7 +14,10 @@ std::string version_string() {
   v += "; MPI: no, single process only";
 #endif
 #ifdef CTRL_HAVE_CUDA
-  v += "; CUDA: yes";
+  const auto devices = available_devices();
+  const bool gpu = std::find(devices.begin(), devices.end(), "cuda") != devices.end();
+  v += std::string("; CUDA: yes, built with CUDA ") + CTRL_CUDA_VERSION + " (cuBLASLt loaded at run time); " +
+       (gpu ? "a CUDA device is present" : "no CUDA device found");
 #else
   v += "; CUDA: no";
 #endif

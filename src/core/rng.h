@@ -5,21 +5,30 @@
 #include <cmath>
 #include <cstdint>
 
+// The counter functions below also compile as CUDA device code (the CUDA
+// backend's dropout masks are these same bits), so they are marked
+// __host__ __device__ when nvcc compiles them.
+#if defined(__CUDACC__)
+#define CTRL_HOST_DEVICE __host__ __device__
+#else
+#define CTRL_HOST_DEVICE
+#endif
+
 namespace ctrl {
 
-inline uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
+CTRL_HOST_DEVICE inline uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
 
-inline uint64_t random_bits(uint64_t seed, uint64_t stream, uint64_t index) {
+CTRL_HOST_DEVICE inline uint64_t random_bits(uint64_t seed, uint64_t stream, uint64_t index) {
   return mix64(mix64(seed ^ mix64(stream)) + index);
 }
 
 // Uniform in [0, 1) with 24 random bits (exactly representable as float).
-inline float random_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+CTRL_HOST_DEVICE inline float random_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
   return float(random_bits(seed, stream, index) >> 40) * (1.0f / 16777216.0f);
 }
 

@@ -248,7 +248,10 @@ void validate(const Config& c) {
   need(t.keep_checkpoints >= 1, "train.keep_checkpoints must be at least 1");
   need(t.clip_norm >= 0, "train.clip_norm must not be negative");
   need(t.threads >= 0, "train.threads must not be negative");
-  need(t.device == "cpu" || t.device == "checked", "train.device must be cpu or checked, got '" + t.device + "'");
+  const bool cuda_n = t.device.rfind("cuda:", 0) == 0 && t.device.size() > 5 && t.device.size() <= 8 &&
+                      t.device.find_first_not_of("0123456789", 5) == std::string::npos;
+  need(t.device == "cpu" || t.device == "checked" || t.device == "cuda" || cuda_n,
+       "train.device must be cpu, checked, cuda or cuda:N, got '" + t.device + "'");
   need(m.sharing == "none" || m.sharing == "all" || m.sharing == "attention" || m.sharing == "ffn",
        "model.sharing must be none, all, attention or ffn, got '" + m.sharing + "'");
   need(m.embedding_dim >= 0 && m.embedding_dim <= m.d_model, "model.embedding_dim must be 0 (off) or at most d_model");

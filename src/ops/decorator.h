@@ -33,6 +33,7 @@ class OpsDecorator : public Ops {
   void synchronize() override { inner_->synchronize(); }
   void begin_host_access(const void* p) override { inner_->begin_host_access(p); }
   void end_host_access(const void* p) override { inner_->end_host_access(p); }
+  bool host_memory() const override { return inner_->host_memory(); }
 
   void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
                       int64_t Din) override {

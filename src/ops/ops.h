@@ -96,6 +96,10 @@ class Ops {
   // backend opens that allocation to the host for the duration.
   virtual void begin_host_access(const void* p) {}
   virtual void end_host_access(const void* p) {}
+  // Whether the backend's memory is host memory that such a data plane may
+  // lend (cpu, checked); false for device memory (cuda), which a
+  // multi-rank run would need a device communicator (NCCL) for.
+  virtual bool host_memory() const { return true; }
   // What a user should know about running products in `low` precision on this
   // backend's hardware (emulated, or no faster than fp32), or "" when it runs natively.
   virtual std::string precision_note(DType low) const = 0;
@@ -193,11 +197,14 @@ class Ops {
                               float lr, const float* grad_factor) = 0;
 };
 
-// The backends this build has, in the order the op tests run them: "cpu", "checked".
+// The backends this build has and this machine can run, in the order the op
+// tests run them: "cpu", "checked", and "cuda" when the build has CUDA and a
+// CUDA device is present.
 std::vector<std::string> available_devices();
-// The backend called `device` (train.device / --device): "cpu", or "checked"
+// The backend called `device` (train.device / --device): "cpu", "checked"
 // (the CPU backend whose memory host code cannot touch: a stray access dies
-// naming the buffer). threads > 0 sets a CPU backend's thread count (train.threads).
+// naming the buffer), "cuda" (GPU 0) or "cuda:N" (GPU N). threads > 0 sets a
+// CPU backend's thread count (train.threads).
 // The environment variable CTRL_DEVICE, when set, replaces "cpu" (the default),
 // so that CI runs the whole suite on another backend; an unknown name throws.
 std::unique_ptr<Ops> make_ops(const std::string& device = "cpu", int threads = 0);

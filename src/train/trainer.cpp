@@ -184,6 +184,13 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
                                                                   std::to_string(dataset_->manifest().tokenizer_crc32));
 
   ops_ = make_ops(t.device, int(t.threads));
+  // The communicators' data plane reads gradients and parameters on the host
+  // (dist/communicator.h); device memory needs a device communicator (NCCL),
+  // which does not exist yet. Every rank fails here alike, before any collective.
+  if (!ops_->host_memory() && (ranks > 1 || options_.zero == 1))
+    fail(std::string("--device ") + t.device + " trains on one rank for now: " +
+         (ranks > 1 ? std::to_string(ranks) + " ranks" : std::string("--zero 1")) +
+         " would hand device memory to the host-memory MPI data plane (an NCCL communicator is not written yet)");
   model_ = std::make_unique<Model>(config_.model, *ops_, t.micro_batch, activation_dtype(t.precision));
   const ParamLayout& layout = model_->layout();
   if (options_.zero == 1) {

@@ -124,12 +124,5 @@ std::string CpuOps::precision_note(DType low) const {
   return "";
 }
 
-float sinusoid(int64_t pos, int64_t col, int64_t D) {
-  const int64_t half = D / 2;
-  const int64_t k = col < half ? col : col - half;
-  const double angle = double(pos) / std::pow(10000.0, 2.0 * double(k) / double(D));
-  return float(col < half ? std::sin(angle) : std::cos(angle));
-}
-
 }  // namespace cpu
 }  // namespace ctrl

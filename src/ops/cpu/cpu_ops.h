@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ops/ops.h"
+#include "ops/positions.h"
 
 namespace ctrl::cpu {
 
@@ -83,8 +84,7 @@ void convert_from_bf16(const uint16_t* in, float* out, size_t n);
 // Parallel conversions between fp32 and a buffer of `type` (F32, BF16 or F16).
 void store_as(TensorRef out, const float* in, size_t n);
 void load_as_f32(TensorRef in, float* out, size_t n);
-// Sinusoidal position value as Hugging Face CTRL computes it: column k < D/2 is
-// sin(pos / 10000^(2k/D)), column D/2 + k the cosine of the same angle.
-float sinusoid(int64_t pos, int64_t col, int64_t D);
+// Sinusoidal position values: ops/positions.h (shared with the other backends).
+using ctrl::sinusoid;
 
 }  // namespace ctrl::cpu

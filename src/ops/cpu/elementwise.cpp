@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "core/rng.h"
+#include "ops/dropout_mask.h"
 #include "ops/cpu/cpu_ops.h"
 
 namespace ctrl::cpu {
@@ -43,9 +43,9 @@ void CpuOps::relu_backward(TensorRef dx_ref, TensorRef y_ref, size_t n) {
   for (size_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dx[i] : 0.0f;
 }
 
-// Kept with probability 1-p and scaled by 1/(1-p), as PyTorch's Dropout.
+// The mask of ops/dropout_mask.h (the same function on every backend).
 static inline float dropout_factor(const DropoutSpec& s, size_t i) {
-  return random_uniform(s.seed, s.stream, s.first_index + i) < s.p ? 0.0f : 1.0f / (1.0f - s.p);
+  return ctrl::dropout_factor(s.p, s.seed, s.stream, s.first_index + i);
 }
 
 void CpuOps::dropout(TensorRef x_ref, size_t n, const DropoutSpec& spec) {

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# The GPU check: runs on a machine with an NVIDIA GPU from the archive that
+# scripts/gpu_bundle.sh made elsewhere, in under 8 minutes, and writes logs,
+# gtest JSON, bench JSON and one results table (results.md) under $OUT.
+#
+#   bash scripts/gpu_check.sh [build-gpu/ctrl-gpu-bundle.tar.xz]
+#
+# Phases, each under its own timeout: the machine (nvidia-smi, ctrl
+# --version); the op table and EveryBackend on cuda against the CPU
+# reference; the model-level suite on cuda (ctest's cuda_suite filter:
+# training, bit-exact resume, HF fixtures, mixed precision, gradient checks);
+# ctrl bench --device cuda on tiny and small in fp32 and bf16, base in bf16. A phase that
+# fails or times out is recorded and the next one still runs.
+# Without a GPU it stops after the first phase with "no CUDA device".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bundle=${1:-build-gpu/ctrl-gpu-bundle.tar.xz}
+out=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+results=$out/results.md
+t0=$(date +%s)
+log() { echo "gpu_check [$(( $(date +%s) - t0 ))s] $*" | tee -a "$out/check.log"; }
+
+[[ -f $bundle ]] || { log "no bundle at $bundle (make it with scripts/gpu_bundle.sh)"; exit 2; }
+work=$(mktemp -d /tmp/ctrl-gpu.XXXXXX)
+tar -C "$work" -xJf "$bundle" || { log "could not unpack $bundle"; exit 2; }
+log "unpacked $bundle into $work ($(cat "$work/build-info.txt" | tr '\n' ' '))"
+
+# cuBLASLt (and the driver) come from the GPU machine: the toolkit's lib64,
+# or the NVIDIA wheels that PyTorch brings.
+need=$(cat "$work/nvidia-libs.txt" 2>/dev/null | tr '\n' ' ')
+cuda_dirs=()
+have_lt=""
+for lib in $need; do
+  [[ $lib == libcuda.so* ]] && continue
+  [[ $lib == libcublasLt.so.* && -n $have_lt ]] && continue  # one cuBLASLt is enough
+  found=""
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 \
+           /usr/lib/x86_64-linux-gnu /usr/lib64; do
+    [[ -e $d/$lib ]] && { found=$d; break; }
+  done
+  if [[ -z $found ]]; then
+    for py in python3 python; do
+      command -v $py >/dev/null || continue
+      found=$($py - "$lib" 2>/dev/null <<'PY'
+import glob, os, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for r in roots:
+    for p in glob.glob(os.path.join(r, "nvidia", "*", "lib", sys.argv[1])) + glob.glob(os.path.join(r, "nvidia", "cu*", "lib", sys.argv[1])):
+        print(os.path.dirname(p)); sys.exit(0)
+PY
+) && [[ -n $found ]] && break
+    done
+  fi
+  if [[ -z $found ]]; then
+    found=$(timeout 15 find / -xdev -name "$lib" -not -path '*/proc/*' 2>/dev/null | head -1 | xargs -r dirname)
+  fi
+  if [[ -n $found ]]; then
+    cuda_dirs+=("$found"); log "$lib: $found"
+    [[ $lib == libcublasLt.so.* ]] && have_lt=$lib
+  else
+    log "$lib: not found on this machine"
+  fi
+done
+cuda_path=$(IFS=:; echo "${cuda_dirs[*]:-}")
+export LD_LIBRARY_PATH="$work/lib${cuda_path:+:$cuda_path}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# The binaries run directly; if this machine's C library is older than the
+# build machine's, through the bundled loader and C library instead.
+mkdir -p "$work/run"
+for b in ctrl ctrl_tests; do
+  printf '#!/bin/sh\nexec "%s" "$@"\n' "$work/bin/$b" >"$work/run/$b"
+done
+chmod +x "$work/run/"*
+if ! "$work/run/ctrl" --version >"$out/version.txt" 2>&1 && grep -q GLIBC "$out/version.txt" && [[ -d $work/glibc ]]; then
+  log "this machine's C library is too old for the bundle: using the bundled loader"
+  driver_dir=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / {print $NF; exit}' | xargs -r dirname)
+  lp="$work/glibc:$LD_LIBRARY_PATH${driver_dir:+:$driver_dir}"
+  for b in ctrl ctrl_tests; do
+    printf '#!/bin/sh\nexec "%s" --library-path "%s" "%s" "$@"\n' "$work/glibc/ld-linux-x86-64.so.2" "$lp" \
+      "$work/bin/$b" >"$work/run/$b"
+  done
+  "$work/run/ctrl" --version >"$out/version.txt" 2>&1
+fi
+export CTRL_TEST_BINARY=$work/run/ctrl CTRL_TEST_SOURCE_DIR=$work OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+
+{
+  echo "# GPU check"
+  echo
+  echo "- bundle: $(grep -h commit "$work/build-info.txt")"
+  echo "- ctrl: $(cat "$out/version.txt")"
+  echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+  echo "- host: $(uname -n), $(nproc) CPUs, $(ldd --version 2>/dev/null | head -1)"
+  echo
+  echo "| phase | result | seconds | details |"
+  echo "|---|---|---|---|"
+} >"$results"
+row() { echo "| $1 | $2 | $3 | $4 |" >>"$results"; }
+
+# gtest's JSON as "N passed, M failed, K skipped; failed: a, b".
+summary() {
+  python3 - "$1" <<'PY' 2>/dev/null || echo "no JSON report"
+import json, sys
+d = json.load(open(sys.argv[1]))
+passed = failed = skipped = 0; bad = []
+for s in d.get("testsuites", []):
+    for t in s.get("testsuite", []):
+        if t.get("result") == "SKIPPED" or t.get("status") == "NOTRUN": skipped += 1
+        elif t.get("failures"): failed += 1; bad.append(s["name"] + "." + t["name"])
+        else: passed += 1
+print(f"{passed} passed, {failed} failed, {skipped} skipped" + ("; failed: " + ", ".join(bad[:12]) if bad else ""))
+PY
+}
+
+# Phase 1: the machine.
+log "phase 1: machine"
+timeout 20 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
+cat "$out/version.txt" | tee -a "$out/check.log"
+if ! grep -q "a CUDA device is present" "$out/version.txt"; then
+  row machine FAIL $(( $(date +%s) - t0 )) "no CUDA device: $(head -c 300 "$out/version.txt" | tr '\n|' ' /')"
+  log "no CUDA device (or this ctrl has no CUDA): stopping; see $out/version.txt and $out/nvidia-smi.txt"
+  exit 1
+fi
+row machine ok $(( $(date +%s) - t0 )) "$(grep -m1 -o 'NVIDIA-SMI.*' "$out/nvidia-smi.txt" | tr -s ' ' | head -c 120)"
+
+# phase NAME TIMEOUT COMMAND...: runs it with its output in $out/NAME.log.
+phase() {
+  local name=$1 limit=$2
+  shift 2
+  log "phase $name (timeout ${limit}s): $*"
+  local s=$(date +%s)
+  timeout --signal=KILL "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$? secs=$(( $(date +%s) - s )) result=ok
+  (( rc == 0 )) || result="FAIL (exit $rc)"
+  (( rc == 137 )) && result="TIMEOUT"
+  local detail=""
+  [[ -f $out/$name.json ]] && detail=$(summary "$out/$name.json")
+  [[ -z $detail ]] && detail=$(tail -3 "$out/$name.log" | tr '\n|' ' /' | head -c 300)
+  row "$name" "$result" "$secs" "$detail"
+  log "phase $name: $result in ${secs}s: $detail"
+}
+
+# Phase 2: every op against the CPU reference, repeat determinism, memory.
+# If it fails, once more with cuBLASLt off (every product on the plain
+# fallback kernel), which tells a cuBLASLt problem from a kernel problem.
+ops_filter='Backends/OpTable.*/cuda:Devices/EveryBackend.*/cuda:Backend.*'
+# CTRL_CUDA_VERBOSE names every product shape cuBLASLt had no algorithm for (in ops.log).
+phase ops 75 env CTRL_CUDA_VERBOSE=1 "$work/run/ctrl_tests" --gtest_filter="$ops_filter" --gtest_output="json:$out/ops.json"
+if ! grep -q '^| ops | ok' "$results"; then
+  phase ops_without_cublaslt 60 env CTRL_CUDA_NO_CUBLASLT=1 "$work/run/ctrl_tests" --gtest_filter="$ops_filter" \
+    --gtest_output="json:$out/ops_without_cublaslt.json"
+fi
+
+# Phase 3: the model-level suite on the CUDA backend (CMakeLists.txt's
+# cuda_suite filter), in four parts so that one part's timeout keeps the
+# others' reports.
+suite() { phase "$1" "$2" env CTRL_DEVICE=cuda "$work/run/ctrl_tests" --gtest_filter="$3" --gtest_output="json:$out/$1.json"; }
+suite suite_train 60 'Trainer*:Checkpoint*:Clip*'
+suite suite_mixed 50 'MixedPrecision*'
+suite suite_hf 45 'HuggingFace*:Generator*:Oracle/*:ToyTask*:Plan.*'
+suite suite_grad 55 'GradCheck.WholeModel*:GradCheck.ParameterGradients*:GradCheck.MicroBatches*:Variants/DoubleReference*:Lighter*'
+
+# Phase 4: throughput (bench/results takes these JSON files).
+for run in tiny:fp32 tiny:bf16 small:fp32 small:bf16 base:bf16; do
+  cfg=${run%:*} prec=${run#*:}
+  (
+    name=bench_${cfg}_${prec}
+    phase "$name" 25 "$work/run/ctrl" bench --device cuda --config "$cfg" --steps 10 --warmup 3 \
+      --set train.precision=$prec --json
+    sed -n '/^{/,/^}/p' "$out/$name.log" >"$out/$name.result.json" 2>/dev/null
+    python3 - "$out/$name.result.json" >>"$results" 2>/dev/null <<'PY' || true
+import json, sys
+j = json.load(open(sys.argv[1]))
+keys = ["config", "precision", "tokens_per_s", "it_per_s", "achieved_gflops", "gemm_peak_gflops", "share_of_gemm_peak", "final_loss"]
+print("|  | " + ", ".join(f"{k} {j[k]:.4g}" if isinstance(j.get(k), float) else f"{k} {j[k]}" for k in keys if k in j) + " | | |")
+PY
+  )
+done
+
+log "done in $(( $(date +%s) - t0 ))s; table: $results"
+cat "$results"

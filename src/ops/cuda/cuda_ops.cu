@@ -1,0 +1,173 @@
+// The CUDA backend's device, stream, memory, scratch and reports; the ops
+// live in the other files of this folder, one per op group.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/cuda_backend.h"
+#include "ops/positions.h"
+
+namespace ctrl::cuda {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail(std::string("cuda: ") + what + " failed: " + cudaGetErrorString(e));
+}
+
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail(std::string("cuda: ") + what + " failed: cuBLAS status " + std::to_string(int(s)));
+}
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" / "no device" error
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Ops> make_cuda_ops(int device) { return std::make_unique<CudaOps>(device); }
+
+CudaOps::CudaOps(int device) : device_(device) {
+  const int count = device_count();
+  if (device < 0 || device >= count)
+    fail("cuda:" + std::to_string(device) + ": this machine has " + std::to_string(count) + " CUDA device(s)");
+  CTRL_CUDA(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  CTRL_CUDA(cudaGetDeviceProperties(&prop, device));
+  sm_major_ = prop.major, sm_minor_ = prop.minor;
+  if (sm_major_ * 10 + sm_minor_ < 75)
+    fail(std::string("cuda: ") + prop.name + " is sm_" + std::to_string(sm_major_) + std::to_string(sm_minor_) +
+         "; this build needs sm_75 (Turing) or newer");
+  const char* tf32 = std::getenv("CTRL_CUDA_TF32");
+  tf32_ = tf32 && std::strcmp(tf32, "1") == 0;
+  CTRL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  init_gemm();
+  workspace_bytes_ = size_t(32) << 20;
+  CTRL_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
+}
+
+double CudaOps::measure_peak_gflops(bool bf16, double seconds) {
+  // A large square product in the type the engine uses, timed with events
+  // after one warm-up; repeated until about `seconds` of GPU time.
+  const int64_t n = 4096;
+  const DType t = bf16 ? DType::BF16 : DType::F32;
+  const size_t bytes = size_t(n * n) * (bf16 ? 2 : 4);
+  void* a = allocate(bytes, "peak.a");
+  void* b = allocate(bytes, "peak.b");
+  void* c = allocate(bytes, "peak.c");
+  auto run = [&] { gemm(false, true, n, n, n, 1.0f, {a, t}, n, {b, t}, n, 0.0f, {c, t}, n); };
+  run();
+  cudaEvent_t start, stop;
+  CTRL_CUDA(cudaEventCreate(&start));
+  CTRL_CUDA(cudaEventCreate(&stop));
+  int reps = 1;
+  double elapsed = 0;
+  for (;;) {
+    CTRL_CUDA(cudaEventRecord(start, stream_));
+    for (int i = 0; i < reps; ++i) run();
+    CTRL_CUDA(cudaEventRecord(stop, stream_));
+    CTRL_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CTRL_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    elapsed = ms / 1000.0;
+    if (elapsed >= seconds || reps >= (1 << 16)) break;
+    reps = elapsed > 0 ? std::max(reps * 2, int(double(reps) * seconds / elapsed * 1.1) + 1) : reps * 2;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  release(a), release(b), release(c);
+  return 2.0 * double(n) * double(n) * double(n) * reps / elapsed / 1e9;
+}
+
+CudaOps::~CudaOps() {
+  // No throwing here: errors at teardown (e.g. after a device fault) are ignored.
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (void* p : slots_) cudaFree(p);
+  cudaFree(positions_);
+  cudaFree(segments_dev_);
+  cudaFree(workspace_);
+  release_gemm();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void* CudaOps::allocate(size_t bytes, const char* name) {
+  if (bytes == 0) return nullptr;
+  CTRL_CUDA(cudaSetDevice(device_));
+  void* p = nullptr;  // cudaMalloc aligns to at least 256 bytes
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_bytes = 0, total = 0;
+    cudaMemGetInfo(&free_bytes, &total);
+    fail(std::string("cuda: out of device memory allocating '") + name + "' (" + std::to_string(bytes >> 20) +
+         " MiB; " + std::to_string(free_bytes >> 20) + " of " + std::to_string(total >> 20) + " MiB free)");
+  }
+  CTRL_CUDA(cudaMemsetAsync(p, 0, bytes, stream_));  // ordered before every later op on the stream
+  return p;
+}
+
+void CudaOps::release(void* p) {
+  if (!p) return;
+  cudaSetDevice(device_);
+  cudaStreamSynchronize(stream_);  // no queued op may still use it
+  CTRL_CUDA(cudaFree(p));
+}
+
+void CudaOps::upload(void* dst, const void* host_src, size_t bytes) {
+  CTRL_CUDA(cudaSetDevice(device_));
+  CTRL_CUDA(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
+  CTRL_CUDA(cudaStreamSynchronize(stream_));  // the host buffer may be reused on return
+}
+
+void CudaOps::download(void* host_dst, const void* src, size_t bytes) {
+  CTRL_CUDA(cudaSetDevice(device_));
+  CTRL_CUDA(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));  // after every queued op
+  CTRL_CUDA(cudaStreamSynchronize(stream_));
+}
+
+void CudaOps::synchronize() { CTRL_CUDA(cudaStreamSynchronize(stream_)); }
+
+std::string CudaOps::precision_note(DType low) const {
+  if (low == DType::BF16 && sm_major_ < 8)
+    return "this GPU (sm_" + std::to_string(sm_major_) + std::to_string(sm_minor_) +
+           ") has no bf16 tensor cores: bf16 products run without them, slower than fp16; "
+           "--set train.precision=fp16 (with loss scaling) is the fast choice here";
+  return "";
+}
+
+void* CudaOps::scratch(Slot slot, size_t bytes) {
+  if (bytes <= slot_bytes_[slot]) return slots_[slot];
+  CTRL_CUDA(cudaStreamSynchronize(stream_));  // earlier ops may still read the old buffer
+  if (slots_[slot]) CTRL_CUDA(cudaFree(slots_[slot]));
+  slots_[slot] = nullptr, slot_bytes_[slot] = 0;
+  const size_t rounded = (bytes + 255) / 256 * 256;
+  if (cudaMalloc(&slots_[slot], rounded) != cudaSuccess) {
+    cudaGetLastError();
+    slots_[slot] = nullptr;
+    fail("cuda: out of device memory for " + std::to_string(rounded >> 20) + " MiB of op scratch");
+  }
+  slot_bytes_[slot] = rounded;
+  return slots_[slot];
+}
+
+const float* CudaOps::positions(int64_t T, int64_t D) {
+  if (positions_ && positions_D_ == D && positions_T_ >= T) return positions_;
+  const int64_t rows = std::max<int64_t>(T, positions_D_ == D ? 2 * positions_T_ : T);
+  std::vector<float> host(size_t(rows * D));
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t c = 0; c < D; ++c) host[size_t(t * D + c)] = sinusoid(t, c, D);
+  CTRL_CUDA(cudaStreamSynchronize(stream_));
+  if (positions_) CTRL_CUDA(cudaFree(positions_));
+  positions_ = nullptr;
+  CTRL_CUDA(cudaMalloc(&positions_, host.size() * sizeof(float)));
+  CTRL_CUDA(cudaMemcpy(positions_, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  positions_T_ = rows, positions_D_ = D;
+  return positions_;
+}
+
+}  // namespace ctrl::cuda
