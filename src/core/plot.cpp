@@ -86,14 +86,18 @@ void write_line_chart(const std::string& path, const std::string& title, const s
 void write_heatmap(const std::string& path, const Heatmap& map) {
   const size_t R = map.rows.size(), C = map.columns.size();
   CTRL_ASSERT(map.color.size() == R);
-  const double cell_w = 96, cell_h = 40, left = 150, top = 70;
+  // Room for the longest row label on the left and the legend below (about 7 px per character).
+  size_t longest = 0;
+  for (const auto& r : map.rows) longest = std::max(longest, r.size());
+  const double cell_w = 96, cell_h = 40, left = std::max(150.0, 24 + 7.0 * double(longest)), top = 70;
   double scale = 0;
   for (const auto& row : map.color) {
     CTRL_ASSERT(row.size() == C);
     for (double v : row)
       if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
   }
-  const double W = left + cell_w * double(C) + 30, H = top + cell_h * double(R) + 70;
+  const double W = std::max(left + cell_w * double(C) + 30, left + 7.0 * double(map.legend.size()) + 20),
+               H = top + cell_h * double(R) + 70;
   auto fill = [&](double v) {
     if (!std::isfinite(v)) return std::string("#bbbbbb");
     const double t = scale > 0 ? std::min(1.0, std::abs(v) / scale) : 0.0;
