@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/plot.h"
 #include "core/rng.h"
 #include "corpus/prepare.h"
 #include "corpus/sources.h"
@@ -149,6 +150,29 @@ TEST(ControlCodes, CommandWritesJsonAndHeatmapBesideTheRun) {
   EXPECT_NE(out.find("--out is where"), std::string::npos) << out;
   EXPECT_NE(test_support::run_shell(base + " --codes --temperature 1 2>&1", &out), 0);
   EXPECT_NE(out.find("--temperature is a sampling flag of --control-accuracy"), std::string::npos) << out;
+}
+
+TEST(ControlCodes, HeatmapColoursCellsBySignAndOutlinesTheDiagonal) {
+  Heatmap h;
+  h.title = "a <b> & c";
+  h.rows = {"r0", "r1"};
+  h.columns = {"c0", "c1", "c2"};
+  h.color = {{0.0, 2.0, -1.0}, {NAN, 1.0, 0.0}};
+  h.text = {{"x", "y", "z"}, {"u", "v", "w"}};
+  h.outlined = {{0, 0}, {1, 1}};
+  const std::string path = test_support::fresh_dir("ctrl_control", "heatmap") + ".svg";
+  write_heatmap(path, h);
+  const std::string svg = read_file(path);
+  std::filesystem::remove(path);
+  EXPECT_NE(svg.find("a &lt;b&gt; &amp; c"), std::string::npos) << "escaped title";
+  EXPECT_NE(svg.find("fill='#ffffff'"), std::string::npos) << "0 is white";
+  EXPECT_NE(svg.find("fill='#cc4040'"), std::string::npos) << "the largest positive value is full red";
+  EXPECT_NE(svg.find("fill='#bbbbbb'"), std::string::npos) << "NaN is grey";
+  EXPECT_NE(svg.find("fill='#9f9fe6'"), std::string::npos) << "-1 of a scale of 2 is half blue";
+  size_t outlines = 0;
+  for (size_t at = svg.find("stroke='#222'"); at != std::string::npos; at = svg.find("stroke='#222'", at + 1)) ++outlines;
+  EXPECT_EQ(outlines, 2u);
+  for (const char* label : {">x<", ">w<", ">r1<", ">c2<"}) EXPECT_NE(svg.find(label), std::string::npos) << label;
 }
 
 TEST(DomainClassifier, SeparatesToyDomainsAndIsDeterministic) {
