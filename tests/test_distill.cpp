@@ -116,9 +116,10 @@ TEST(DistillLoss, GradientsMatchFiniteDifferences) {
     expect_gradient(k.h.data(), dh, f, all(dh.size()), "dh");
     expect_gradient(k.w.data(), dw, f, all(dw.size()), "dw");
     expect_gradient(k.b.data(), db, f, all(db.size()), "db");
-    for (int64_t r = 0; r < k.N; ++r)  // ignored rows: no gradient
-      if (k.targets[size_t(r)] < 0)
-        for (int64_t c = 0; c < k.D; ++c) EXPECT_EQ(dh[size_t(r * k.D + c)], 0.0f);
+    for (int64_t r = 0; r < k.N; ++r) {  // ignored rows: no gradient
+      if (k.targets[size_t(r)] >= 0) continue;
+      for (int64_t c = 0; c < k.D; ++c) EXPECT_EQ(dh[size_t(r * k.D + c)], 0.0f);
+    }
     // Nothing flows to the teacher: its inputs are read only.
     HeadCase fresh(7, 6, 5, 9, 3, alpha, 2.0f);
     EXPECT_EQ(k.th, fresh.th);
@@ -310,7 +311,14 @@ TEST(Distill, RefusesATeacherThatSharesNeitherTokensNorCodes) {
   EXPECT_NE(message(c).find("student and teacher must share the control codes"), std::string::npos) << message(c);
   c = tiny_config(1);
   c.train.teacher = "/nonexistent/teacher.ckpt";
-  EXPECT_THROW(Trainer(c, TrainerOptions{fresh_dir("missing"), false, true}), Error);
+  try {
+    Trainer(c, TrainerOptions{fresh_dir("missing"), false, true});
+    ADD_FAILURE() << "a missing teacher is refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.teacher (the distillation teacher): /nonexistent/teacher.ckpt"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -136,7 +136,11 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   // cannot teach this student is refused before anything is written.
   std::unique_ptr<Checkpoint> teacher;
   if (!t.teacher.empty()) {
-    teacher = std::make_unique<Checkpoint>(t.teacher);
+    try {
+      teacher = std::make_unique<Checkpoint>(t.teacher);
+    } catch (const Error& e) {
+      fail("train.teacher (the distillation teacher): " + std::string(e.what()));
+    }
     const ModelConfig& tm = teacher->config().model;
     const std::string where = "ctrl train --teacher " + t.teacher + ": ";
     if (tm.vocab_size != config_.model.vocab_size)
