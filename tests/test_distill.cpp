@@ -309,6 +309,13 @@ TEST(Distill, RefusesATeacherThatSharesNeitherTokensNorCodes) {
   c = tiny_config(1);
   c.train.data = data;
   EXPECT_NE(message(c).find("student and teacher must share the control codes"), std::string::npos) << message(c);
+  // The command line: distillation settings without a teacher.
+  std::string out;
+  EXPECT_NE(test_support::run_shell(std::string(CTRL_BINARY) + " train --config tiny --out " + fresh_dir("cli") +
+                                        " --distill-alpha 0.3 2>&1",
+                                    &out),
+            0);
+  EXPECT_NE(out.find("--distill-alpha and --distill-temperature need a teacher"), std::string::npos) << out;
   c = tiny_config(1);
   c.train.teacher = "/nonexistent/teacher.ckpt";
   try {
