@@ -158,7 +158,7 @@ fi
 suite() { phase "$1" "$2" env CTRL_DEVICE=cuda "$work/run/ctrl_tests" --gtest_filter="$3" --gtest_output="json:$out/$1.json"; }
 suite suite_train 60 'Trainer*:Checkpoint*:Clip*'
 suite suite_mixed 50 'MixedPrecision*'
-suite suite_hf 45 'HuggingFace*:Generator*:Oracle/*:ToyTask*:Plan.*'
+suite suite_hf 45 'HuggingFace*:Generator*:Oracle/*:ToyTask*:Plan.*:ControlCodes*:ControlAccuracy*'
 suite suite_grad 55 'GradCheck.WholeModel*:GradCheck.ParameterGradients*:GradCheck.MicroBatches*:Variants/DoubleReference*:Lighter*'
 
 # Phase 4: throughput (bench/results takes these JSON files).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian 12 machine: install and build, prepare the
 # built-in Japanese corpus (Debian's Japanese documentation), train the `tiny`
-# model on it, then generate text under each of its control codes.
+# model on it, generate text under each of its control codes, and measure
+# control: the code-by-code matrix and control accuracy (ctrl eval).
 # Environment: RUN (default runs/tiny), DATA (default data/default), STEPS.
 # Ends by naming its outputs: the loss plot, the metrics and the samples.
 set -euo pipefail
@@ -28,11 +29,15 @@ for code in $codes; do
     tee -a "$samples.tmp"
 done
 mv "$samples.tmp" "$samples"
+# Does the code steer the model? The held-out loss of each code's text under every code, and
+# samples under each code labelled by an independent classifier (docs/training.md, "Measuring control").
+build/ctrl eval --model "$ckpt" --data "$DATA" --codes --max-sequences 16 --control-accuracy 25 --out "$RUN"
 secs=$(( $(date +%s) - start ))
 echo
 echo "main job done in $((secs / 60))m$((secs % 60))s on $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores"
 echo "  loss curve: $RUN/loss.svg"
 echo "  metrics:    $RUN/metrics.jsonl"
 echo "  samples:    $samples"
+echo "  control:    $RUN/control-codes.svg (heatmap), $RUN/control-codes.json, $RUN/control-accuracy.json"
 echo "  checkpoint: $ckpt"
 echo "  corpus:     $DATA (manifest.json, tokenizer, shards)"

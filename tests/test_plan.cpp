@@ -138,6 +138,40 @@ TEST(Plan, PredictedBuffersEqualTheEnginesAllocationExactly) {
   }
 }
 
+// A distillation teacher: what the trainer allocates for it (forward only, no gradients, one layer's
+// activations at a time, the student's precision and micro-batch) is Memory::teacher exactly, and
+// its forward pass joins the executed FLOPs of every step.
+TEST(Plan, TeacherMemoryEqualsTheEnginesAllocationAndItsForwardCountsInTheFlops) {
+  auto ops = test_support::make_cpu_reference();
+  const Config teacher = config_of("tiny", {"model.n_layer=3", "model.n_ctx=64"});
+  for (const auto& sets : std::vector<std::vector<std::string>>{
+           {"model.n_layer=2", "model.n_ctx=64"}, {"train.precision=bf16", "model.d_model=128", "model.n_head=2", "model.n_ctx=64"},
+           {"model.sharing=all", "model.embedding_dim=64", "model.n_ctx=32"}}) {
+    const Config student = config_of("tiny", sets);
+    g_counted = 0;
+    g_counting = true;
+    {
+      Model t(plan::teacher_forward_config(teacher.model), *ops, 3, activation_dtype(student.train.precision), false);
+      g_counting = false;
+      EXPECT_EQ(t.grads.size(), 0u);
+    }
+    g_counting = false;
+    const plan::Memory m = plan::memory_for(student, 3, 1, 0, &teacher.model);
+    EXPECT_EQ(g_counted.load(), m.teacher) << sets[0];
+    EXPECT_EQ(m.buffers(), plan::memory_for(student, 3, 1, 0).buffers() + m.teacher);
+    EXPECT_LT(m.teacher, plan::memory_for(teacher, 3, 1, 0).buffers()) << "no gradients, optimizer or saved layers";
+  }
+  plan::Request r = cpu_request(config_of("tiny", {"model.n_layer=2"}), 24);
+  const plan::Plan without = plan::make_plan(r);
+  r.teacher = teacher.model;
+  const plan::Plan with = plan::make_plan(r);
+  EXPECT_DOUBLE_EQ(with.teacher_flops_per_token, train_flops_per_token(teacher.model) / 3);
+  EXPECT_DOUBLE_EQ(with.hardware_flops_per_token, without.hardware_flops_per_token + with.teacher_flops_per_token);
+  EXPECT_EQ(with.flops_per_token, without.flops_per_token) << "the model FLOPs (the MFU basis) stay the student's";
+  EXPECT_GT(with.memory.teacher, 0u);
+  EXPECT_NE(plan::plan_text(with).find("teacher (forward only)"), std::string::npos);
+}
+
 TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin10Percent) {
   // `small` at micro-batch 8: about 0.6-0.7 GiB of buffers, one timed step, in fp32 and bf16.
   for (const char* precision : {"fp32", "bf16"}) {

@@ -17,7 +17,7 @@ const char* kUsage =
     "usage: ctrl plan --config FILE|PRESET --tokens N [--set section.key=value]... [--precision fp32|bf16|fp16]\n"
     "                 (--hardware cpu | --machine BENCH.json | --gpu NAME [--gpus N] [--nodes M])\n"
     "                 [--micro-batch B] [--zero 0|1] [--network-gbps G] [--mfu U] [--memory-gb G]\n"
-    "                 [--price-per-hour P] [--json]\n\n"
+    "                 [--price-per-hour P] [--teacher CKPT] [--json]\n\n"
     "Says whether a model trains on the given hardware before anyone rents it: parameters, memory per\n"
     "rank (fp32 weights, low-precision copy, gradients, optimizer state, activations, workspace,\n"
     "runtime overhead), whether it fits, the largest micro-batch, gradient accumulation, FLOPs,\n"
@@ -32,12 +32,14 @@ const char* kUsage =
     "  --network-gbps G    bandwidth between nodes in Gb/s (default 100)\n"
     "  --mfu U             model-FLOPs utilisation instead of the default or calibrated one\n"
     "  --memory-gb G       CPU memory instead of this machine's\n"
-    "  --price-per-hour P  per GPU (or per machine for CPUs); adds the cost\n";
+    "  --price-per-hour P  per GPU (or per machine for CPUs); adds the cost\n"
+    "  --teacher CKPT      distillation (ctrl train --teacher): counts the teacher's forward-only model in\n"
+    "                      memory and its forward pass in the FLOPs of every step (also train.teacher)\n";
 
 int run(const std::vector<std::string>& argv) {
   Args args("plan", kUsage);
   for (const char* f : {"config", "tokens", "precision", "hardware", "machine", "gpu", "gpus", "nodes",
-                        "micro-batch", "zero", "network-gbps", "mfu", "memory-gb", "price-per-hour"})
+                        "micro-batch", "zero", "network-gbps", "mfu", "memory-gb", "price-per-hour", "teacher"})
     args.flag(f);
   args.repeated("set");
   args.boolean("json");
@@ -47,7 +49,9 @@ int run(const std::vector<std::string>& argv) {
   r.config = load_config(args.require("config"));
   for (const auto& s : args.all("set")) apply_override(r.config, s);
   if (args.has("precision")) apply_override(r.config, "train.precision=" + args.get("precision"));
+  if (args.has("teacher")) r.config.train.teacher = args.get("teacher");
   validate(r.config);
+  r.teacher = plan::teacher_of(r.config);
   r.tokens = args.get_double("tokens", 0, 0, 1e18, true);
   if (!args.has("tokens")) fail("ctrl plan: missing --tokens (how many tokens to train on, e.g. 10e9)");
 

@@ -11,7 +11,8 @@ namespace {
 
 const char* kUsage =
     "usage: ctrl train --config FILE|PRESET --out RUN_DIR [--data DIR] [--set section.key=value]... [--resume]\n"
-    "                  [--zero 0|1] [--timeout SECONDS] [--device cpu|checked|cuda[:N]]\n\n"
+    "                  [--zero 0|1] [--timeout SECONDS] [--device cpu|checked|cuda[:N]]\n"
+    "                  [--teacher CKPT [--distill-alpha A] [--distill-temperature TAU]]\n\n"
     "Trains a CTRL model. PRESET is tiny, small, base or ctrl; a TOML file has [model] and [train] tables\n"
     "(and may start with preset = \"small\"). --data DIR is a corpus from `ctrl prepare` (same as\n"
     "--set train.data=DIR); without it the model trains on synthetic random tokens.\n"
@@ -23,7 +24,13 @@ const char* kUsage =
     "Data-parallel: `mpirun -np N ctrl train ...` (add --bind-to none so each rank can use several\n"
     "threads). Each rank takes global_batch/N sequences of every step; --zero 1 shards the optimizer\n"
     "state across ranks (ZeRO-1). A rank that dies or hangs ends the job after --timeout seconds\n"
-    "(default 600) with an error; the last checkpoint stays intact.\n";
+    "(default 600) with an error; the last checkpoint stays intact.\n\n"
+    "Distillation: --teacher CKPT (train.teacher) trains the student on A*TAU^2*KL(teacher||student, both\n"
+    "softened at temperature TAU) + (1-A)*cross-entropy (train.distill_alpha, default 0.5;\n"
+    "train.distill_temperature, default 2). The teacher runs forward only, on the same micro-batch, in\n"
+    "the student's precision; it must share the corpus's tokenizer and control codes and have a context\n"
+    "at least the student's. The student may have any shape (fewer or narrower layers, sharing, a\n"
+    "factorized embedding). The logged loss stays the cross-entropy; kl and objective are logged too.\n";
 
 int run(const std::vector<std::string>& argv) {
   Args args("train", kUsage);
@@ -36,11 +43,20 @@ int run(const std::vector<std::string>& argv) {
   args.flag("zero");
   args.flag("timeout");
   args.flag("device");
+  args.flag("teacher");
+  args.flag("distill-alpha");
+  args.flag("distill-temperature");
   if (!args.parse(argv)) return 0;
   Config config = load_config(args.require("config"));
   if (args.has("data")) config.train.data = args.get("data");
   for (const auto& s : args.all("set")) apply_override(config, s);
   if (args.has("device")) apply_override(config, "train.device=" + args.get("device"));
+  if (args.has("teacher")) config.train.teacher = args.get("teacher");
+  if (args.has("distill-alpha")) config.train.distill_alpha = args.get_double("distill-alpha", 0.5, 0, 1);
+  if (args.has("distill-temperature"))
+    config.train.distill_temperature = args.get_double("distill-temperature", 2, 0, 1000, true);
+  if ((args.has("distill-alpha") || args.has("distill-temperature")) && config.train.teacher.empty())
+    fail("ctrl train: --distill-alpha and --distill-temperature need a teacher (--teacher CKPT)");
   validate(config);
   TrainerOptions options;
   options.run_dir = args.require("out");

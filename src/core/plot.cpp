@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/error.h"
 #include "core/file_io.h"
 
 namespace ctrl {
@@ -78,6 +79,64 @@ void write_line_chart(const std::string& path, const std::string& title, const s
       << "' stroke='" << color << "' stroke-width='3'/><text x='" << W - right + 38 << "' y='" << ly + 4 << "'>"
       << escape(s.name) << "</text>\n";
   }
+  o << "</svg>\n";
+  write_file_atomically(path, o.str());
+}
+
+void write_heatmap(const std::string& path, const Heatmap& map) {
+  const size_t R = map.rows.size(), C = map.columns.size();
+  CTRL_ASSERT(map.color.size() == R);
+  // Room for the longest row label on the left and the legend below (about 7 px per character).
+  size_t longest = 0;
+  for (const auto& r : map.rows) longest = std::max(longest, r.size());
+  const double cell_w = 96, cell_h = 40, left = std::max(150.0, 24 + 7.0 * double(longest)), top = 70;
+  double scale = 0;
+  for (const auto& row : map.color) {
+    CTRL_ASSERT(row.size() == C);
+    for (double v : row)
+      if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
+  }
+  const double W = std::max(left + cell_w * double(C) + 30, left + 7.0 * double(map.legend.size()) + 20),
+               H = top + cell_h * double(R) + 70;
+  auto fill = [&](double v) {
+    if (!std::isfinite(v)) return std::string("#bbbbbb");
+    const double t = scale > 0 ? std::min(1.0, std::abs(v) / scale) : 0.0;
+    // White to red (positive) or white to blue (negative).
+    const int strong = int(std::lround(255 * (1 - 0.75 * t))), weak = int(std::lround(255 * (1 - 0.2 * t)));
+    char buf[16];
+    if (v >= 0) std::snprintf(buf, sizeof buf, "#%02x%02x%02x", weak, strong, strong);
+    else std::snprintf(buf, sizeof buf, "#%02x%02x%02x", strong, strong, weak);
+    return std::string(buf);
+  };
+  std::ostringstream o;
+  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+    << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n";
+  o << "<text x='" << W / 2 << "' y='22' text-anchor='middle' font-size='15'>" << escape(map.title) << "</text>\n";
+  o << "<text x='" << left + cell_w * double(C) / 2 << "' y='" << top - 28 << "' text-anchor='middle'>"
+    << escape(map.x_label) << "</text>\n";
+  o << "<text transform='translate(16," << top + cell_h * double(R) / 2 << ") rotate(-90)' text-anchor='middle'>"
+    << escape(map.y_label) << "</text>\n";
+  for (size_t c = 0; c < C; ++c)
+    o << "<text x='" << left + cell_w * (double(c) + 0.5) << "' y='" << top - 8 << "' text-anchor='middle'>"
+      << escape(map.columns[c]) << "</text>\n";
+  for (size_t r = 0; r < R; ++r) {
+    const double y = top + cell_h * double(r);
+    o << "<text x='" << left - 8 << "' y='" << y + cell_h / 2 + 4 << "' text-anchor='end'>" << escape(map.rows[r])
+      << "</text>\n";
+    for (size_t c = 0; c < C; ++c) {
+      const double x = left + cell_w * double(c), v = map.color[r][c];
+      o << "<rect x='" << x << "' y='" << y << "' width='" << cell_w << "' height='" << cell_h << "' fill='" << fill(v)
+        << "' stroke='white'/>\n";
+      const std::string label = r < map.text.size() && c < map.text[r].size() ? map.text[r][c] : num(v);
+      o << "<text x='" << x + cell_w / 2 << "' y='" << y + cell_h / 2 + 4 << "' text-anchor='middle'>"
+        << escape(label) << "</text>\n";
+    }
+  }
+  for (const auto& [r, c] : map.outlined)
+    if (r < R && c < C)
+      o << "<rect x='" << left + cell_w * double(c) + 1.5 << "' y='" << top + cell_h * double(r) + 1.5
+        << "' width='" << cell_w - 3 << "' height='" << cell_h - 3 << "' fill='none' stroke='#222' stroke-width='2'/>\n";
+  o << "<text x='" << left << "' y='" << top + cell_h * double(R) + 24 << "'>" << escape(map.legend) << "</text>\n";
   o << "</svg>\n";
   write_file_atomically(path, o.str());
 }

@@ -2,6 +2,7 @@
 // a person would rather look at are drawn, not only printed.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ctrl {
@@ -15,5 +16,20 @@ struct Series {
 // log_y draws the y axis logarithmically (all y must be positive).
 void write_line_chart(const std::string& path, const std::string& title, const std::string& x_label,
                       const std::string& y_label, const std::vector<Series>& series, bool log_y = false);
+
+// A grid of cells (rows x columns), each filled by its `color` value on a
+// diverging scale — white at 0, red for positive, blue for negative, full
+// colour at the largest |value| — and labelled with its `text` (empty: the
+// value). Cells listed in `outlined` (row, column) get a dark border, e.g. the
+// diagonal of a code-by-code matrix. `legend` is a line under the grid.
+struct Heatmap {
+  std::string title, x_label, y_label, legend;
+  std::vector<std::string> rows, columns;
+  std::vector<std::vector<double>> color;       // [rows][columns]
+  std::vector<std::vector<std::string>> text;   // [rows][columns], or empty
+  std::vector<std::pair<size_t, size_t>> outlined;
+};
+// Writes the heatmap as SVG (atomically). Non-finite values are drawn grey.
+void write_heatmap(const std::string& path, const Heatmap& map);
 
 }  // namespace ctrl

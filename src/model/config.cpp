@@ -108,6 +108,8 @@ const std::vector<Field>& fields() {
       INT_FIELD(train, checkpoint_every, 0, kBig), INT_FIELD(train, keep_checkpoints, 1, 1 << 20),
       INT_FIELD(train, threads, 0, 1 << 16), STR_FIELD(train, device), INT_FIELD(train, seed, 0, kI63), STR_FIELD(train, precision),
       REAL_FIELD(train, loss_scale, 0, 1e30, true, false), INT_FIELD(train, loss_scale_window, 1, kBig),
+      STR_FIELD(train, teacher), REAL_FIELD(train, distill_alpha, 0, 1),
+      REAL_FIELD(train, distill_temperature, 0, 1000, true, false),
   };
   return table;
 }

@@ -56,6 +56,12 @@ struct TrainConfig {
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision, fp32 master weights)
   double loss_scale = 65536;       // fp16: initial dynamic loss scale (2^16)
   int64_t loss_scale_window = 2000;  // fp16: clean steps before the scale doubles
+  // Distillation (ctrl train --teacher): a trained checkpoint whose softened
+  // outputs the student learns too; the loss is α·τ²·KL(teacher‖student at
+  // temperature τ) + (1 − α)·cross-entropy. Empty: no teacher.
+  std::string teacher;
+  double distill_alpha = 0.5;        // α
+  double distill_temperature = 2.0;  // τ
 };
 
 struct Config {

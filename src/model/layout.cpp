@@ -217,4 +217,6 @@ double train_hardware_flops_per_token(const ModelConfig& c) {
   return train_flops_per_token(c) + repeated;
 }
 
+double forward_flops_per_token(const ModelConfig& c) { return train_flops_per_token(c) / 3.0; }
+
 }  // namespace ctrl

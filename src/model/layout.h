@@ -117,5 +117,8 @@ double train_flops_per_token(const ModelConfig& config);
 // forward work recomputation repeats ("cheap": the ffn.0 product; "layers":
 // each layer's whole forward).
 double train_hardware_flops_per_token(const ModelConfig& config);
+// One forward pass per token (a third of train_flops_per_token: the backward
+// costs twice the forward), e.g. a distillation teacher's.
+double forward_flops_per_token(const ModelConfig& config);
 
 }  // namespace ctrl

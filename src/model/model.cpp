@@ -6,14 +6,14 @@
 
 namespace ctrl {
 
-Model::Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low)
+Model::Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low, bool with_gradients)
     : config_(config),
       ops_(ops),
       layout_(make_param_layout(config)),
       acts_layout_(make_activation_layout(config, max_batch, low)) {
   CTRL_ASSERT(low == DType::F32 || low == DType::BF16 || low == DType::F16);
   params = DeviceArray<float>(ops, layout_.total, "model.params");
-  grads = DeviceArray<float>(ops, layout_.total, "model.grads");
+  if (with_gradients) grads = DeviceArray<float>(ops, layout_.total, "model.grads");
   activations_ = DeviceArray<float>(ops, acts_layout_.total, "model.activations");
   if (low != DType::F32) low_weights_ = DeviceArray<uint16_t>(ops, layout_.total, "model.low_weights");
   const size_t rows = size_t(acts_layout_.B * acts_layout_.T);  // sized by the layout, as the planner counts it
@@ -217,31 +217,62 @@ TensorRef Model::layernorm_input(size_t stream, size_t rounded, size_t n) {
   return inner(rounded);
 }
 
-void Model::head_loss(int64_t N, float grad_scale, bool training, float* row_loss, double* loss_sum, double* sum) {
+void Model::head_loss(int64_t N, float grad_scale, bool training, float* row_loss, double* loss_sum, double* sum,
+                      const Distillation* distill) {
   const auto& A = acts_layout_;
   DeviceArray<double> own;
   if (!loss_sum) {
     own = DeviceArray<double>(ops_, 1, "model.loss_sum");
     loss_sum = own.data();
   }
-  ops_.lm_head_loss(head_input(), weight(wte_), params.data() + head_b_, targets_.data(), N, embedding_width(config_),
-                    config_.vocab_size, grad_scale, training ? d_head() : nullptr,
-                    training ? grads.data() + wte_ : nullptr, training ? grads.data() + head_b_ : nullptr, loss_sum,
-                    row_loss, act(A.logits), A.logits_rows);
+  if (distill) {
+    const TeacherHead t = distill->teacher->teacher_head();
+    ops_.lm_head_distill(head_input(), weight(wte_), params.data() + head_b_, targets_.data(), t, N,
+                         embedding_width(config_), config_.vocab_size, distill->alpha, distill->temperature,
+                         grad_scale, training ? d_head() : nullptr, training ? grads.data() + wte_ : nullptr,
+                         training ? grads.data() + head_b_ : nullptr, loss_sum, distill->kl_sum, act(A.logits),
+                         std::min(A.logits_rows, distill->teacher->head_chunk_rows()));
+  } else {
+    ops_.lm_head_loss(head_input(), weight(wte_), params.data() + head_b_, targets_.data(), N,
+                      embedding_width(config_), config_.vocab_size, grad_scale, training ? d_head() : nullptr,
+                      training ? grads.data() + wte_ : nullptr, training ? grads.data() + head_b_ : nullptr, loss_sum,
+                      row_loss, act(A.logits), A.logits_rows);
+  }
   if (own.size()) own.download(sum, 1);
 }
 
 LossSum Model::forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float grad_scale,
-                                uint64_t dropout_seed, uint64_t first_sequence, double* loss_sum) {
+                                uint64_t dropout_seed, uint64_t first_sequence, double* loss_sum,
+                                const Distillation* distill) {
+  CTRL_ASSERT(grads.size() > 0);
   first_index_ = first_sequence * uint64_t(T * config_.d_model);
   upload_batch(tokens, targets, B * T);
   forward(B, T, true, dropout_seed);
+  if (distill) {
+    CTRL_ASSERT(distill->teacher && distill->kl_sum && distill->teacher->config().vocab_size == config_.vocab_size);
+    distill->teacher->forward_only(tokens, B, T);
+  }
   const int64_t N = B * T;
   LossSum loss;
   for (int64_t i = 0; i < N; ++i) loss.count += targets[i] >= 0;
-  head_loss(N, grad_scale, true, nullptr, loss_sum, &loss.sum);
+  head_loss(N, grad_scale, true, nullptr, loss_sum, &loss.sum, distill);
   backward(B, T, true, dropout_seed);
   return loss;
+}
+
+void Model::forward_only(const int32_t* tokens, int64_t B, int64_t T) {
+  upload_batch(tokens, nullptr, B * T);
+  forward(B, T, false, 0);
+}
+
+TeacherHead Model::teacher_head() {
+  TeacherHead t;
+  t.h = head_input();
+  t.w = weight(wte_);
+  t.b = params.data() + head_b_;
+  t.D = embedding_width(config_);
+  t.scratch = act(acts_layout_.logits);
+  return t;
 }
 
 LossSum Model::evaluate(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float* row_loss,

@@ -22,6 +22,17 @@ struct LossSum {
   double mean() const { return count ? sum / double(count) : 0.0; }
 };
 
+class Model;
+
+// Distillation in forward_backward: the teacher runs forward (no dropout, no
+// gradients) on the same micro-batch, and the head's loss becomes
+// Ops::lm_head_distill's (1 − α)·cross-entropy + α·τ²·KL(teacher‖student).
+struct Distillation {
+  Model* teacher = nullptr;  // same vocabulary and activation type; n_ctx >= the batch's T
+  float alpha = 0.5f, temperature = 2.0f;
+  double* kl_sum = nullptr;  // backend double: the rows' summed KL is added here
+};
+
 class Model {
  public:
   // Allocates parameters, gradients and activations for micro-batches of up to
@@ -29,7 +40,8 @@ class Model {
   // precision) the matrix products run in that type on a copy of the weights,
   // refreshed from the fp32 master weights at every forward pass, and the
   // activations that feed them are stored in it.
-  Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low = DType::F32);
+  // with_gradients = false (a teacher, run forward only) allocates no gradient buffer.
+  Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low = DType::F32, bool with_gradients = true);
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
@@ -61,8 +73,16 @@ class Model {
   // With loss_sum (one double of backend memory) the summed loss is added
   // there and not read back (LossSum::sum is 0): the trainer reads it once per
   // optimizer step. Without, it is read back into LossSum::sum.
+  // With `distill`, the teacher runs forward on the same tokens and the loss is the distillation objective
+  // (LossSum and loss_sum still count the cross-entropy alone; the KL goes to distill->kl_sum).
   LossSum forward_backward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, float grad_scale,
-                           uint64_t dropout_seed, uint64_t first_sequence = 0, double* loss_sum = nullptr);
+                           uint64_t dropout_seed, uint64_t first_sequence = 0, double* loss_sum = nullptr,
+                           const Distillation* distill = nullptr);
+  // Forward without dropout up to the head's input, for a teacher: afterwards
+  // teacher_head() describes this batch's head input and the tied head.
+  void forward_only(const int32_t* tokens, int64_t B, int64_t T);
+  TeacherHead teacher_head();
+  int64_t head_chunk_rows() const { return acts_layout_.logits_rows; }
   // Called after the backward pass has issued each transformer layer's
   // parameter gradients (layers in reverse order), e.g. to start reducing them
   // once a fence (Ops::synchronize) says they are written.
@@ -80,7 +100,8 @@ class Model {
   // Uploads B*T host tokens (and targets, if not null) into the model's buffers.
   void upload_batch(const int32_t* tokens, const int32_t* targets, int64_t n);
   // The head and loss over the current batch, adding the summed loss to loss_sum, or reading it into *sum.
-  void head_loss(int64_t N, float grad_scale, bool training, float* row_loss, double* loss_sum, double* sum);
+  void head_loss(int64_t N, float grad_scale, bool training, float* row_loss, double* loss_sum, double* sum,
+                 const Distillation* distill = nullptr);
   void forward(int64_t B, int64_t T, bool training, uint64_t seed);
   // Layer l's forward from its saved input x_in. With to_output it ends in the
   // next layer's input (or x_out); without, it stops once everything the

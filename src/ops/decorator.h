@@ -144,6 +144,28 @@ class OpsDecorator : public Ops {
                           {scratch, "scratch"}});
     inner_->lm_head_loss(h, w, b, targets, N, D, V, grad_scale, dh, dw, db, loss_sum, row_loss, scratch, chunk_rows);
   }
+  void lm_head_distill(TensorRef h, TensorRef w, const float* b, const int32_t* targets, const TeacherHead& teacher,
+                       int64_t N, int64_t D, int64_t V, float alpha, float temperature, float grad_scale, float* dh,
+                       float* dw, float* db, double* loss_sum, double* kl_sum, float* scratch,
+                       int64_t chunk_rows) override {
+    Scope s(*this, "lm_head_distill");
+    args("lm_head_distill", {{h.data, "h"},
+                             {w.data, "w"},
+                             {b, "b"},
+                             {targets, "targets"},
+                             {teacher.h.data, "teacher.h"},
+                             {teacher.w.data, "teacher.w"},
+                             {teacher.b, "teacher.b"},
+                             {teacher.scratch, "teacher.scratch"},
+                             {dh, "dh"},
+                             {dw, "dw"},
+                             {db, "db"},
+                             {loss_sum, "loss_sum"},
+                             {kl_sum, "kl_sum"},
+                             {scratch, "scratch"}});
+    inner_->lm_head_distill(h, w, b, targets, teacher, N, D, V, alpha, temperature, grad_scale, dh, dw, db, loss_sum,
+                            kl_sum, scratch, chunk_rows);
+  }
   void sum_squares(const float* x, size_t n, double* out) override {
     Scope s(*this, "sum_squares");
     args("sum_squares", {{x, "x"}, {out, "out"}});

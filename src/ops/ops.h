@@ -67,6 +67,16 @@ struct UpdateSegment {
   float weight_decay = 0;  // AdamW only
 };
 
+// The teacher's side of lm_head_distill: the teacher model's head input and
+// tied output head (its own width Dt), and room for one chunk of its logits.
+struct TeacherHead {
+  TensorRef h;               // [N, Dt], the same element type as the student's h
+  TensorRef w;               // [V, Dt], the same element type as h
+  const float* b = nullptr;  // [V]
+  int64_t D = 0;             // Dt
+  float* scratch = nullptr;  // chunk_rows × V floats
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -171,6 +181,28 @@ class Ops {
   virtual void lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D,
                             int64_t V, float grad_scale, float* dh, float* dw, float* db, double* loss_sum,
                             float* row_loss, float* scratch, int64_t chunk_rows) = 0;
+
+  // Knowledge distillation fused with the output head (as lm_head_loss, over
+  // row chunks so that neither [N,V] logits exists whole; the teacher's come
+  // from `teacher`, whose head input the caller computed with the same rows).
+  // Per row r with target t >= 0, student logits z = h·wᵀ + b, teacher logits
+  // u = teacher.h·teacher.wᵀ + teacher.b, temperature τ and weight α:
+  //   ce_r = logsumexp(z) − z[t]                         (lm_head_loss's row loss)
+  //   kl_r = Σ_v p_v (log p_v − log q_v),  p = softmax(u/τ), q = softmax(z/τ)
+  //   the objective is Σ_r (1 − α)·ce_r + α·τ²·kl_r.
+  // Rows whose target is negative are ignored (no ce, no kl, zero dh).
+  // Adds Σ ce_r to *loss_sum and Σ kl_r (unweighted) to *kl_sum (backend doubles).
+  // If dh is not null: with dz = grad_scale·((1 − α)(softmax(z) − onehot(t)) + α·τ·(q − p)),
+  // dh = dz·w (overwritten), dw += dzᵀ·h, db += Σ_rows dz. Nothing flows to the teacher.
+  // `scratch` holds chunk_rows×V floats for the student's logits. With α = 0 the
+  // gradients and *loss_sum equal lm_head_loss's (the CPU backends: bit for bit).
+  // Backends without it throw ctrl::Error (this default).
+  virtual void lm_head_distill(TensorRef h, TensorRef w, const float* b, const int32_t* targets,
+                               const TeacherHead& teacher, int64_t N, int64_t D, int64_t V, float alpha,
+                               float temperature, float grad_scale, float* dh, float* dw, float* db, double* loss_sum,
+                               double* kl_sum, float* scratch, int64_t chunk_rows) {
+    fail(std::string("backend ") + name() + " has no lm_head_distill (distillation, ctrl train --teacher)");
+  }
 
   // *out += Σ x² in double (one double of backend memory), for the global gradient norm.
   virtual void sum_squares(const float* x, size_t n, double* out) = 0;

@@ -61,10 +61,35 @@ Totals layout_totals(const Config& config, int64_t micro_batch) {
 }
 }  // namespace
 
-Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead) {
+ModelConfig teacher_forward_config(const ModelConfig& teacher) {
+  ModelConfig t = teacher;
+  t.recompute = "layers";
+  return t;
+}
+
+std::optional<ModelConfig> teacher_of(const Config& config) {
+  if (config.train.teacher.empty()) return std::nullopt;
+  return Checkpoint(config.train.teacher).config().model;
+}
+
+namespace {
+// The teacher's buffers: what Model(teacher_forward_config(t), ops, B, low, false) allocates.
+uint64_t teacher_bytes(const Config& student, const ModelConfig& teacher, int64_t micro_batch) {
+  Config t = student;
+  t.model = teacher_forward_config(teacher);
+  const Totals x = layout_totals(t, micro_batch);
+  const Memory m = memory_from(t, x.params, x.saved, x.scratch, x.tokens, 1, 0);
+  return m.weights + m.weights_lowp + m.activations + m.workspace + m.batch;
+}
+}  // namespace
+
+Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead,
+                  const ModelConfig* teacher) {
   CTRL_ASSERT(micro_batch >= 1 && zero_ranks >= 1);
   const Totals t = layout_totals(config, micro_batch);
-  return memory_from(config, t.params, t.saved, t.scratch, t.tokens, zero_ranks, overhead);
+  Memory m = memory_from(config, t.params, t.saved, t.scratch, t.tokens, zero_ranks, overhead);
+  if (teacher) m.teacher = teacher_bytes(config, *teacher, micro_batch);
+  return m;
 }
 
 uint64_t engine_buffer_bytes(const Config& config, int64_t micro_batch) {
@@ -241,23 +266,30 @@ uint64_t available_memory_bytes() {
   return available;
 }
 
-Memory memory_estimate(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead) {
+Memory memory_estimate(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead,
+                       const ModelConfig* teacher) {
   CTRL_ASSERT(micro_batch >= 1 && zero_ranks >= 1);
   const int64_t L = config.model.n_layer;
-  if (L <= 64) return memory_for(config, micro_batch, zero_ranks, overhead);
+  // A teacher is counted from its layout (a model that trained on this machine is small enough).
+  if (L <= 64) return memory_for(config, micro_batch, zero_ranks, overhead, teacher);
   Config one = config, two = config;
   one.model.n_layer = 1;
   two.model.n_layer = 2;
   const Totals a = layout_totals(one, micro_batch), b = layout_totals(two, micro_batch);
   const uint64_t more = uint64_t(L - 1);
   auto grow = [&](uint64_t x1, uint64_t x2) { return x1 + more * (x2 - x1); };
-  return memory_from(config, grow(a.params, b.params), grow(a.saved, b.saved), grow(a.scratch, b.scratch), a.tokens, zero_ranks,
-                     overhead);
+  Memory m = memory_from(config, grow(a.params, b.params), grow(a.saved, b.saved), grow(a.scratch, b.scratch), a.tokens,
+                         zero_ranks, overhead);
+  if (teacher) m.teacher = teacher_bytes(config, *teacher, micro_batch);
+  return m;
 }
 
-void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available) {
+void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available,
+                  const ModelConfig* teacher) {
   if (available == 0) return;  // unknown: nothing to check against
-  auto need = [&](int64_t b) { return memory_estimate(config, b, zero_ranks, kCpuRuntimeOverheadBytes).total(); };
+  auto need = [&](int64_t b) {
+    return memory_estimate(config, b, zero_ranks, kCpuRuntimeOverheadBytes, teacher).total();
+  };
   const uint64_t bytes = need(micro_batch);
   if (bytes <= available) return;
   auto gib = [](uint64_t x) {
@@ -278,7 +310,7 @@ void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uin
           std::to_string(lo) + ")";
   }
   fail("config " + config.preset + ": needs " + gib(bytes) + " of memory at micro-batch " +
-       std::to_string(micro_batch) + " (model, gradients, optimizer state, activations), but only " + gib(available) +
+       std::to_string(micro_batch) + (teacher ? " (model, gradients, optimizer state, activations, the teacher)" : " (model, gradients, optimizer state, activations)") + ", but only " + gib(available) +
        " is available (MemAvailable and cgroup limit); " + fit);
 }
 
@@ -337,6 +369,10 @@ Plan make_plan(const Request& r) {
   p.parameters = make_param_layout(c.model).count();
   p.flops_per_token = train_flops_per_token(c.model);
   p.hardware_flops_per_token = train_hardware_flops_per_token(c.model);
+  if (r.teacher) {  // the teacher's forward runs in every step, on the same tokens
+    p.teacher_flops_per_token = forward_flops_per_token(*r.teacher);
+    p.hardware_flops_per_token += p.teacher_flops_per_token;
+  }
   p.total_flops = p.flops_per_token * r.tokens;
 
   // The device: memory per rank, peak FLOP/s, utilisation, links.
@@ -391,7 +427,10 @@ Plan make_plan(const Request& r) {
   // Memory: the largest micro-batch that fits (memory grows with B), then the
   // micro-batch to plan with.
   const int zero_ranks = r.zero == 1 ? p.ranks : 1;
-  auto fits = [&](int64_t b) { return memory_estimate(c, b, zero_ranks, overhead).total() <= p.device_memory; };
+  const ModelConfig* teacher = r.teacher ? &*r.teacher : nullptr;
+  auto fits = [&](int64_t b) {
+    return memory_estimate(c, b, zero_ranks, overhead, teacher).total() <= p.device_memory;
+  };
   if (fits(1)) {
     int64_t lo = 1, hi = 2;
     while (hi <= (int64_t(1) << 24) && fits(hi)) lo = hi, hi *= 2;
@@ -417,7 +456,7 @@ Plan make_plan(const Request& r) {
       }
     p.fits = true;
   }
-  p.memory = memory_estimate(c, std::max<int64_t>(1, p.micro_batch), zero_ranks, overhead);
+  p.memory = memory_estimate(c, std::max<int64_t>(1, p.micro_batch), zero_ranks, overhead, teacher);
   if (r.zero == 1) {
     // Each rank streams its shard to the writer a piece at a time: one piece of staging.
     p.zero_checkpoint_peak = p.memory.total() + kZeroCheckpointPieceFloats * sizeof(float);
@@ -471,7 +510,7 @@ Plan make_plan(const Request& r) {
         gib(p.device_memory) + "), largest micro-batch " + std::to_string(p.largest_micro_batch) + "; if it did: ";
   } else {
     v = "fits: no, even micro-batch 1 needs " + gib(p.memory.total()) + " per device of " + gib(p.device_memory) +
-        (r.zero == 0 && p.ranks > 1 && memory_estimate(c, 1, p.ranks, overhead).total() <= p.device_memory
+        (r.zero == 0 && p.ranks > 1 && memory_estimate(c, 1, p.ranks, overhead, teacher).total() <= p.device_memory
              ? " (it fits with --zero 1)"
              : "") +
         "; if it did: ";
@@ -511,7 +550,7 @@ std::string plan_json(const Plan& p) {
   j["memory_bytes"] = {{"weights_fp32", m.weights}, {"weights_lowp", m.weights_lowp}, {"gradients", m.grads},
                        {"optimizer_state", m.optimizer}, {"activations", m.activations},
                        {"zero_gradient_shard", m.grad_shard}, {"workspace", m.workspace},
-                       {"runtime_overhead", m.overhead},
+                       {"teacher", m.teacher},           {"runtime_overhead", m.overhead},
                        {"total", m.total()},             {"device", p.device_memory}};
   j["fits"] = p.fits;
   j["zero_checkpoint_peak_bytes"] = p.zero_checkpoint_peak;
@@ -522,6 +561,7 @@ std::string plan_json(const Plan& p) {
   j["tokens"] = p.request.tokens;
   j["flops_per_token"] = p.flops_per_token;
   j["hardware_flops_per_token"] = p.hardware_flops_per_token;
+  j["teacher_flops_per_token"] = p.teacher_flops_per_token;
   j["total_flops"] = p.total_flops;
   j["peak_tflops_per_device"] = p.peak_tflops;
   j["mfu"] = p.mfu;
@@ -567,6 +607,7 @@ std::string plan_text(const Plan& p) {
   if (m.grad_shard) row("gradient shard (ZeRO-1)", gib(m.grad_shard));
   row("activations", gib(m.activations));
   row("workspace", gib(m.workspace));
+  if (m.teacher) row("teacher (forward only)", gib(m.teacher));
   row("runtime overhead", gib(m.overhead));
   row("total", gib(m.total()) + " of " + gib(p.device_memory));
   row("largest micro-batch", std::to_string(p.largest_micro_batch));
@@ -578,7 +619,13 @@ std::string plan_text(const Plan& p) {
     row("batch", "none: not even one sequence fits");
   row("FLOPs per token", fmt("%.3e", p.flops_per_token));
   if (p.hardware_flops_per_token != p.flops_per_token)
-    row("executed FLOPs per token", fmt("%.3e", p.hardware_flops_per_token) + " (recompute " + c.model.recompute + ")");
+    row("executed FLOPs per token", fmt("%.3e", p.hardware_flops_per_token) + " (" +
+                                        (c.model.recompute != "none" ? "recompute " + c.model.recompute : "") +
+                                        (c.model.recompute != "none" && p.teacher_flops_per_token > 0 ? ", " : "") +
+                                        (p.teacher_flops_per_token > 0
+                                             ? fmt("the teacher's forward %.3e", p.teacher_flops_per_token)
+                                             : "") +
+                                        ")");
   row("total FLOPs", fmt("%.3e", p.total_flops) + " for " + tokens_text(p.request.tokens) + " tokens");
   row("peak per device", fmt("%.3g TFLOP/s ", p.peak_tflops) + c.train.precision);
   row("utilisation", fmt("MFU %.3f, ", p.mfu) + p.mfu_source);

@@ -30,9 +30,13 @@ struct Memory {
   uint64_t activations = 0;   // saved from forward to backward, for one micro-batch
   uint64_t workspace = 0;     // backward scratch and the fused head's logits chunk
   uint64_t batch = 0;         // the micro-batch's token ids and targets in backend memory (int32)
+  // Distillation (train.teacher): the teacher's forward-only model — its fp32
+  // parameters, 16-bit copy, activations (recompute "layers": one layer's at a
+  // time) and token buffers; no gradients or optimizer state.
+  uint64_t teacher = 0;
   uint64_t overhead = 0;      // runtime, not the engine's buffers
   uint64_t buffers() const {
-    return weights + weights_lowp + grads + optimizer + grad_shard + activations + workspace + batch;
+    return weights + weights_lowp + grads + optimizer + grad_shard + activations + workspace + batch + teacher;
   }
   uint64_t total() const { return buffers() + overhead; }
 };
@@ -48,7 +52,16 @@ int activation_bytes_per_element(const std::string& precision);
 // is ZeRO-1 as train/trainer.cpp does it: equal shards of ceil(total / N)
 // elements, parameter and gradient buffers padded to N shards, optimizer
 // state for one shard and one gradient shard for the reduce-scatter.
-Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead);
+// With a teacher (its model config, as its checkpoint holds it), Memory::teacher counts its
+// forward-only model (teacher_forward_config) at the student's micro-batch and precision.
+Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead,
+                  const ModelConfig* teacher = nullptr);
+
+// The form in which the trainer builds a teacher: forward only, so recompute
+// "layers" (only each layer's input is kept; the values are the same bits).
+ModelConfig teacher_forward_config(const ModelConfig& teacher);
+// The teacher's model config from config.train.teacher (its checkpoint), or none.
+std::optional<ModelConfig> teacher_of(const Config& config);
 
 // Exactly what Model(config.model, ops, B) and Optimizer(config.train, ...)
 // allocate for an fp32 run: memory_for(config, B, 1, 0).buffers().
@@ -110,13 +123,15 @@ uint64_t available_memory_bytes();
 // layers, extrapolated (every layer past the first adds the same bytes; the
 // tests check this against memory_for). Cheap for n_layer = 1000000, where the
 // layout tables themselves would take gigabytes.
-Memory memory_estimate(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead);
+Memory memory_estimate(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead,
+                       const ModelConfig* teacher = nullptr);
 
 // Refuses, before anything is allocated, a run that cannot fit: when the
 // engine's buffers at `micro_batch` plus kCpuRuntimeOverheadBytes exceed
 // `available` bytes, a one-line ctrl::Error with the figure, the room and
 // the largest micro-batch that fits (or that not even one sequence does).
-void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available);
+void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available,
+                  const ModelConfig* teacher = nullptr);
 
 struct Request {
   Config config;
@@ -136,6 +151,7 @@ struct Request {
   std::string cpu_name;
   int cpu_threads = 0;
   std::optional<MachineProfile> machine;
+  std::optional<ModelConfig> teacher;  // distillation: the teacher's model (ctrl plan --teacher CKPT)
 };
 
 struct Plan {
@@ -154,6 +170,8 @@ struct Plan {
   int64_t accumulation_steps = 0, global_batch = 0;  // global_batch as run: accum × micro × ranks
   double flops_per_token = 0, total_flops = 0;  // the model's (train_flops_per_token), the MFU basis
   double hardware_flops_per_token = 0;           // executed, with recomputation (train_hardware_flops_per_token)
+                                                 // and the teacher's forward
+  double teacher_flops_per_token = 0;            // distillation: the teacher's forward (forward_flops_per_token)
   double peak_tflops = 0;      // per device, this precision
   double mfu = 0;
   std::string mfu_source;      // "default", "calibrated from ctrl bench on <cpu>", "--mfu"

@@ -81,6 +81,19 @@ std::pair<int, int64_t> test_fault() {
 
 double CodeLoss::perplexity() const { return std::exp(loss); }
 
+LossSum evaluate_windows(Model& model, const int32_t* tokens, const int32_t* targets, int64_t n, int64_t T,
+                         int64_t batch) {
+  // The loss accumulates in backend memory; the host reads it once.
+  DeviceArray<double> loss_sum(model.ops(), 1, "eval.loss_sum");
+  LossSum total;
+  for (int64_t i = 0; i < n; i += batch) {
+    const int64_t b = std::min(batch, n - i);
+    total.count += model.evaluate(tokens + i * T, targets + i * T, b, T, nullptr, loss_sum.data()).count;
+  }
+  loss_sum.download(&total.sum, 1);
+  return total;
+}
+
 std::vector<CodeLoss> evaluate_held_out(Model& model, const Batches& batches, int64_t batch, int64_t max_sequences,
                                         Communicator* comm) {
   std::vector<CodeLoss> out;
@@ -97,16 +110,8 @@ std::vector<CodeLoss> evaluate_held_out(Model& model, const Batches& batches, in
       mine_targets.insert(mine_targets.end(), targets.begin() + i * T, targets.begin() + (i + 1) * T);
     }
     const int64_t mine = int64_t(mine_tokens.size()) / T;
-    // The loss accumulates in backend memory; the host reads it once per code.
-    DeviceArray<double> loss_sum(model.ops(), 1, "eval.loss_sum");
-    double sums[2] = {0, 0};
-    for (int64_t i = 0; i < mine; i += batch) {
-      const int64_t b = std::min(batch, mine - i);
-      const LossSum l =
-          model.evaluate(mine_tokens.data() + i * T, mine_targets.data() + i * T, b, T, nullptr, loss_sum.data());
-      sums[1] += double(l.count);
-    }
-    loss_sum.download(&sums[0], 1);
+    const LossSum l = evaluate_windows(model, mine_tokens.data(), mine_targets.data(), mine, T, batch);
+    double sums[2] = {l.sum, double(l.count)};
     if (comm) comm->all_reduce_sum(sums, 2);
     out.push_back({batches.code_name(c), sums[1] > 0 ? sums[0] / sums[1] : 0.0, int64_t(sums[1])});
   }
@@ -127,8 +132,28 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
          ") must be a multiple of ranks x train.micro_batch (" + std::to_string(ranks) + " x " +
          std::to_string(t.micro_batch) + ")");
   if (options_.zero != 0 && options_.zero != 1) fail("--zero must be 0 or 1");
+  // Distillation: the teacher's checkpoint is read (and verified) first, so that a teacher that
+  // cannot teach this student is refused before anything is written.
+  std::unique_ptr<Checkpoint> teacher;
+  if (!t.teacher.empty()) {
+    try {
+      teacher = std::make_unique<Checkpoint>(t.teacher);
+    } catch (const Error& e) {
+      fail("train.teacher (the distillation teacher): " + std::string(e.what()));
+    }
+    const ModelConfig& tm = teacher->config().model;
+    const std::string where = "ctrl train --teacher " + t.teacher + ": ";
+    if (tm.vocab_size != config_.model.vocab_size)
+      fail(where + "the teacher's vocabulary has " + std::to_string(tm.vocab_size) + " tokens and the student's " +
+           std::to_string(config_.model.vocab_size) + "; student and teacher must share the tokenizer");
+    if (tm.n_ctx < config_.model.n_ctx)
+      fail(where + "the teacher's context is " + std::to_string(tm.n_ctx) + " tokens, shorter than the student's " +
+           std::to_string(config_.model.n_ctx) + " (set model.n_ctx <= " + std::to_string(tm.n_ctx) + ")");
+  }
   // Before anything is written or allocated: a run that cannot fit is refused with the figure.
-  plan::check_memory(config_, t.micro_batch, options_.zero == 1 ? int(ranks) : 1, plan::available_memory_bytes());
+  const ModelConfig teacher_model = teacher ? plan::teacher_forward_config(teacher->config().model) : ModelConfig{};
+  plan::check_memory(config_, t.micro_batch, options_.zero == 1 ? int(ranks) : 1, plan::available_memory_bytes(),
+                     teacher ? &teacher->config().model : nullptr);
   comm_->check_identical("the configuration", config_to_json(config_));
   comm_->check_identical("the ctrl build", std::string(CTRL_VERSION) + " " + __DATE__ + " " + __TIME__);
   const std::string& run = options_.run_dir;
@@ -180,6 +205,23 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   for (size_t c = 0; c < batches_->n_codes(); ++c)
     contents_.codes.push_back({batches_->code_name(c), batches_->code_token(c)});
   contents_.config = config_;
+  if (teacher) {  // the same tokenizer and the same control codes, or the logits do not mean the same tokens
+    const CheckpointContents& tc = teacher->contents();
+    const std::string where = "ctrl train --teacher " + t.teacher + ": ";
+    if (tc.tokenizer != contents_.tokenizer)
+      fail(where + (tc.tokenizer.empty() || contents_.tokenizer.empty()
+                        ? "one of teacher and student was trained without a tokenizer"
+                        : "the teacher's tokenizer differs from the corpus's") +
+           "; student and teacher must share the tokenizer");
+    auto names = [](const std::vector<CodeInfo>& codes) {
+      std::string s;
+      for (const auto& c : codes) s += (s.empty() ? "" : ", ") + c.name + "=" + std::to_string(c.token_id);
+      return s;
+    };
+    if (names(tc.codes) != names(contents_.codes))
+      fail(where + "the teacher's control codes (" + names(tc.codes) + ") differ from the student's (" +
+           names(contents_.codes) + "); student and teacher must share the control codes");
+  }
   if (dataset_) comm_->check_identical("the corpus manifest", dataset_->manifest().sources_json +
                                                                   std::to_string(dataset_->manifest().tokenizer_crc32));
 
@@ -192,6 +234,10 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
          (ranks > 1 ? std::to_string(ranks) + " ranks" : std::string("--zero 1")) +
          " would hand device memory to the host-memory MPI data plane (an NCCL communicator is not written yet)");
   model_ = std::make_unique<Model>(config_.model, *ops_, t.micro_batch, activation_dtype(t.precision));
+  if (teacher) {  // forward only: no gradients, one layer's activations at a time, the student's precision
+    teacher_ = std::make_unique<Model>(teacher_model, *ops_, t.micro_batch, activation_dtype(t.precision), false);
+    teacher->load_parameters(*teacher_);
+  }
   const ParamLayout& layout = model_->layout();
   if (options_.zero == 1) {
     // Shards of equal size; the buffers are padded so reduce-scatter and all-gather tile them exactly.
@@ -218,7 +264,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   const size_t seq = size_t(t.micro_batch * config_.model.n_ctx);
   tokens_.resize(seq);
   targets_.resize(seq);
-  scalars_ = DeviceArray<double>(*ops_, 2, "trainer.scalars");
+  scalars_ = DeviceArray<double>(*ops_, 3, "trainer.scalars");
   grad_factor_ = DeviceArray<float>(*ops_, 1, "trainer.grad_factor");
 }
 
@@ -278,11 +324,19 @@ void Trainer::train_step() {
   const float grad_scale = float(loss_scale / double(t.global_batch * T));
   const auto start = Clock::now();
   model_->zero_grads();
-  // Backend scalars: [0] Σ loss over the step's micro-batches, [1] Σ g² of the gradients.
-  const double zeros[2] = {0, 0};
-  scalars_.upload(zeros, 2);
+  // Backend scalars: [0] Σ cross-entropy over the step's micro-batches, [1] Σ g² of the gradients,
+  // [2] Σ KL(teacher‖student) when distilling.
+  const double zeros[3] = {0, 0, 0};
+  scalars_.upload(zeros, 3);
   double* loss_sum = scalars_.data();
   double* sum_squares = scalars_.data() + 1;
+  Distillation distill;
+  if (teacher_) {
+    distill.teacher = teacher_.get();
+    distill.alpha = float(t.distill_alpha);
+    distill.temperature = float(t.distill_temperature);
+    distill.kl_sum = scalars_.data() + 2;
+  }
   const int64_t first = state_.next_sequence + comm_->rank() * per_rank;
   for (int64_t m = 0; m < micro_steps; ++m) {
     const int64_t seq = first + m * t.micro_batch;
@@ -295,7 +349,8 @@ void Trainer::train_step() {
       });
     batches_->train(seq, t.micro_batch, tokens_.data(), targets_.data());
     model_->forward_backward(tokens_.data(), targets_.data(), t.micro_batch, T, grad_scale,
-                             random_bits(t.seed, kDropoutStream, 0), uint64_t(seq), loss_sum);
+                             random_bits(t.seed, kDropoutStream, 0), uint64_t(seq), loss_sum,
+                             teacher_ ? &distill : nullptr);
     if (overlap) model_->set_layer_backward_hook(nullptr);
   }
   state_.next_sequence += t.global_batch;
@@ -314,12 +369,14 @@ void Trainer::train_step() {
     ops_->synchronize();
     HostAccess lend(*ops_, scalars_.data());
     comm_->all_reduce_sum(scalars_.data(), options_.zero == 1 ? 2 : 1);
+    if (teacher_) comm_->all_reduce_sum(scalars_.data() + 2, 1);
   }
   // Unscaling (fp16) and clipping, as one factor that the update applies.
   ops_->clip_factor(sum_squares, loss_scale, t.clip_norm, grad_factor_.data());
-  double host[2];
-  scalars_.download(host, 2);  // the step's one read of backend scalars
+  double host[3];
+  scalars_.download(host, 3);  // the step's one read of backend scalars
   const double loss = host[0] / double(t.global_batch * T), sq = host[1];
+  const double kl = host[2] / double(t.global_batch * T);
   const double norm = std::sqrt(sq) / loss_scale;
   const double lr = learning_rate(t, state_.step);
   // fp16: a step whose gradients (or loss) overflowed is skipped and the scale backs off.
@@ -345,7 +402,7 @@ void Trainer::train_step() {
   step_losses_.push_back(loss);
   if (!std::isfinite(loss) && !fp16) fail("training diverged at step " + std::to_string(state_.step) + ": loss is " +
                                  std::to_string(loss) + " (lower train.lr or raise train.warmup_steps)");
-  log_step(loss, lr, norm, seconds);
+  log_step(loss, lr, norm, seconds, kl);
 }
 
 // Sums gradients over ranks: the layer buckets already started during
@@ -371,7 +428,7 @@ void Trainer::start_reduce(size_t offset, size_t n) {
   pending_.push_back(comm_->all_reduce_sum_start(model_->grads.data() + offset, n));
 }
 
-void Trainer::log_step(double loss, double lr, double norm, double seconds) {
+void Trainer::log_step(double loss, double lr, double norm, double seconds, double kl) {
   const auto& t = config_.train;
   window_seconds_ += seconds;
   window_tokens_ += double(t.global_batch * config_.model.n_ctx);
@@ -382,6 +439,11 @@ void Trainer::log_step(double loss, double lr, double norm, double seconds) {
   j["step"] = state_.step;
   j["loss"] = loss;
   j["lr"] = lr;
+  if (teacher_) {  // loss stays the cross-entropy (comparable with any run); the objective mixes in the KL
+    const double a = t.distill_alpha, tau = t.distill_temperature;
+    j["kl"] = kl;
+    j["objective"] = (1 - a) * loss + a * tau * tau * kl;
+  }
   j["grad_norm"] = norm;
   j["tokens_per_s"] = tps;
   j["it_per_s"] = its;
@@ -394,9 +456,11 @@ void Trainer::log_step(double loss, double lr, double norm, double seconds) {
   run_dir_->append_metrics(j.dump());
   if (!options_.quiet) {
     const double eta = double(t.steps - state_.step) / its;
-    std::fprintf(stderr, "step %lld/%lld (%.1f%%) | loss %.4f | lr %.2e | norm %.3f | %s tok/s | %.2f it/s | ETA %s\n",
+    char kl_text[32] = "";
+    if (teacher_) std::snprintf(kl_text, sizeof kl_text, " | kl %.4f", kl);
+    std::fprintf(stderr, "step %lld/%lld (%.1f%%) | loss %.4f%s | lr %.2e | norm %.3f | %s tok/s | %.2f it/s | ETA %s\n",
                  static_cast<long long>(state_.step), static_cast<long long>(t.steps),
-                 100.0 * double(state_.step) / double(std::max<int64_t>(1, t.steps)), loss, lr, norm,
+                 100.0 * double(state_.step) / double(std::max<int64_t>(1, t.steps)), loss, kl_text, lr, norm,
                  Progress::format_count(tps).c_str(), its, Progress::format_duration(eta).c_str());
   }
   window_seconds_ = window_tokens_ = 0;
@@ -452,6 +516,10 @@ void Trainer::run() {
                  train_flops_per_token(config_.model) / 1e6, train_hardware_flops_per_token(config_.model) / 1e6,
                  static_cast<long long>(t.steps), static_cast<long long>(t.global_batch),
                  static_cast<long long>(config_.model.n_ctx), ops_->threads(), openmp_wait_setting().c_str());
+  if (teacher_ && !options_.quiet && writer())
+    std::fprintf(stderr, "distilling from %s: %.2fM parameters, %.1f MFLOP/token forward, alpha %g, temperature %g\n",
+                 t.teacher.c_str(), double(teacher_->layout().count()) / 1e6,
+                 forward_flops_per_token(teacher_->config()) / 1e6, t.distill_alpha, t.distill_temperature);
   const std::string note = ops_->precision_note(activation_dtype(t.precision));
   if (!options_.quiet && writer() && !note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
   const auto [fault, fault_step] = test_fault();

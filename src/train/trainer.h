@@ -23,6 +23,14 @@ struct CodeLoss {
   double perplexity() const;
 };
 
+// The summed loss and the target count of n windows (tokens and targets
+// [n, T], host arrays) in micro-batches of `batch` sequences; the loss
+// accumulates on the backend and is read once. Held-out evaluation and the
+// code-by-code matrix (eval/control.h) both go through it, so the same windows
+// give the same bits.
+LossSum evaluate_windows(Model& model, const int32_t* tokens, const int32_t* targets, int64_t n, int64_t T,
+                         int64_t batch);
+
 // Loss and perplexity per control code over each code's held-out windows
 // (at most max_sequences per code), in micro-batches of `batch` sequences.
 // With a communicator of several ranks, rank r evaluates every size-th window
@@ -62,7 +70,7 @@ class Trainer {
   void evaluate();
   void save();
   void stop_early(const StopRequest& stop);
-  void log_step(double loss, double lr, double norm, double step_seconds);
+  void log_step(double loss, double lr, double norm, double step_seconds, double kl);
   void reduce_gradients();
   void start_reduce(size_t offset, size_t n);
   void share_initial_state(const Checkpoint* checkpoint);
@@ -80,9 +88,10 @@ class Trainer {
   std::vector<int> pending_;
   DeviceArray<float> grad_shard_;  // ZeRO-1: this rank's share of the summed gradients
   bool grads_lent_ = false;         // the communicator holds model grads (begin_host_access)
-  DeviceArray<double> scalars_;     // per step: Σ loss, Σ g² (read by the host once per step)
+  DeviceArray<double> scalars_;     // per step: Σ loss, Σ g², Σ KL (read by the host once per step)
   DeviceArray<float> grad_factor_;  // unscale × clip factor, applied by the optimizer update
   std::unique_ptr<Model> model_;
+  std::unique_ptr<Model> teacher_;  // distillation (train.teacher): forward only, no gradients
   std::unique_ptr<Optimizer> optimizer_;
   std::shared_ptr<const Dataset> dataset_;
   std::unique_ptr<Batches> batches_;

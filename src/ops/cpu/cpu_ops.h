@@ -50,6 +50,10 @@ class CpuOps final : public Ops {
   void lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D, int64_t V,
                     float grad_scale, float* dh, float* dw, float* db, double* loss_sum, float* row_loss, float* scratch,
                     int64_t chunk_rows) override;
+  void lm_head_distill(TensorRef h, TensorRef w, const float* b, const int32_t* targets, const TeacherHead& teacher,
+                       int64_t N, int64_t D, int64_t V, float alpha, float temperature, float grad_scale, float* dh,
+                       float* dw, float* db, double* loss_sum, double* kl_sum, float* scratch,
+                       int64_t chunk_rows) override;
   void sum_squares(const float* x, size_t n, double* out) override;
   void clip_factor(const double* sum_squares, double loss_scale, double max_norm, float* factor) override;
   void scale(float* x, size_t n, float factor) override;
@@ -65,9 +69,14 @@ class CpuOps final : public Ops {
   std::vector<float> attention_scratch_;  // per thread: T x T, and q, k, v, out head slices in fp32
   std::vector<float> f32_scratch_;        // fp32 results bound for bf16 outputs
   std::vector<uint16_t> bf16_scratch_;    // bf16 copies of fp32 gradients for bf16 products
-  std::vector<float> widened_[3];         // fp32 copies of fp16 operands
+  std::vector<float> widened_[5];         // fp32 copies of fp16 operands (3, 4: lm_head_distill's teacher)
   std::vector<float> head_dh_partial_;    // lm_head_loss: per thread, its vocabulary blocks' share of dh
   std::vector<uint16_t> head_dlogits_;    // lm_head_loss: per thread, one block's bf16 logit gradients
+  std::vector<float> distill_rows_;       // lm_head_distill: per thread, two rows of V
+  // lm_head_loss, and lm_head_distill when `teacher` is not null (lm_head.cpp).
+  void head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D, int64_t V,
+                 float grad_scale, float* dh, float* dw, float* db, double* loss_sum, float* row_loss, float* scratch,
+                 int64_t chunk_rows, const TeacherHead* teacher, float alpha, float temperature, double* kl_sum);
   float* f32_scratch(size_t n);
   uint16_t* bf16_scratch(size_t n);
   // The tensor as fp32: itself, or its n 16-bit elements widened into scratch `slot`.

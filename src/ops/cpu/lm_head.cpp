@@ -25,18 +25,51 @@ constexpr int64_t kVocabBlock = 2048;
 constexpr int64_t kBlockStride = kVocabBlock + 32;
 }  // namespace
 
-void CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const int32_t* targets, int64_t N,
-                          int64_t D, int64_t V, float grad_scale, float* dh, float* dw, float* db, double* loss_sum,
+void CpuOps::lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D,
+                          int64_t V, float grad_scale, float* dh, float* dw, float* db, double* loss_sum,
                           float* row_loss, float* scratch, int64_t chunk_rows) {
+  head_loss(h, w, b, targets, N, D, V, grad_scale, dh, dw, db, loss_sum, row_loss, scratch, chunk_rows, nullptr, 0, 1,
+            nullptr);
+}
+
+void CpuOps::lm_head_distill(TensorRef h, TensorRef w, const float* b, const int32_t* targets,
+                             const TeacherHead& teacher, int64_t N, int64_t D, int64_t V, float alpha,
+                             float temperature, float grad_scale, float* dh, float* dw, float* db, double* loss_sum,
+                             double* kl_sum, float* scratch, int64_t chunk_rows) {
+  CTRL_ASSERT(teacher.h.dtype == h.dtype && teacher.w.dtype == w.dtype && teacher.scratch && kl_sum);
+  CTRL_ASSERT(alpha >= 0 && alpha <= 1 && temperature > 0);
+  head_loss(h, w, b, targets, N, D, V, grad_scale, dh, dw, db, loss_sum, nullptr, scratch, chunk_rows, &teacher, alpha,
+            temperature, kl_sum);
+}
+
+// One path for both: without a teacher it is lm_head_loss exactly. With one,
+// the teacher's logits of each vocabulary block are computed beside the
+// student's, each row's softened distributions and KL come from two extra
+// passes over the row (per-thread rows: q's exponentials, then log p - log q),
+// and the KL's logit gradient is added after the cross-entropy's — only when
+// α > 0, so that α = 0 leaves lm_head_loss's arithmetic untouched.
+void CpuOps::head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const int32_t* targets, int64_t N, int64_t D,
+                       int64_t V, float grad_scale, float* dh, float* dw, float* db, double* loss_sum, float* row_loss,
+                       float* scratch, int64_t chunk_rows, const TeacherHead* teacher, float alpha,
+                       float temperature, double* kl_sum) {
   // bf16: h and w are bf16; the logits, softmax and loss stay fp32, and the two
   // backward products take a bf16 copy of each block's logit gradients.
   // fp16 widens h and w to fp32 (this CPU has no fp16 products).
   const bool low = h_ref.dtype == DType::BF16;
   const float* h = low ? nullptr : widened(h_ref, size_t(N * D), 0);
   const float* w = low ? nullptr : widened(w_ref, size_t(V * D), 1);
+  const int64_t Dt = teacher ? teacher->D : 0;
+  const float* th = teacher && !low ? widened(teacher->h, size_t(N * Dt), 3) : nullptr;
+  const float* tw = teacher && !low ? widened(teacher->w, size_t(V * Dt), 4) : nullptr;
   const int64_t blocks = (V + kVocabBlock - 1) / kVocabBlock;
   const int threads = omp_get_max_threads();
-  std::vector<double> losses(size_t(N), 0.0);
+  std::vector<double> losses(size_t(N), 0.0), kls(teacher ? size_t(N) : 0, 0.0);
+  // The cross-entropy's share of the logit gradient: exactly grad_scale without a teacher (ce_share 1).
+  const double ce_share = teacher ? 1.0 - double(alpha) : 1.0;
+  const float target_grad = float(double(grad_scale) * ce_share);
+  const bool kl_gradient = teacher && alpha > 0;
+  std::vector<float> teacher_max(teacher ? static_cast<size_t>(chunk_rows * blocks) : 0);
+  if (teacher) distill_rows_.resize(size_t(threads) * 2 * size_t(V));
   std::vector<float> block_max(static_cast<size_t>(chunk_rows * blocks)), row_factor(static_cast<size_t>(chunk_rows));
   std::vector<char> has_partial(static_cast<size_t>(threads));
   if (dh) {
@@ -62,6 +95,19 @@ void CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, cons
           for (int64_t v = 0; v < bw; ++v) row[v] += b[v0 + v];
           block_max[size_t(r * blocks + blk)] = row_max(row, bw);
         }
+        if (teacher) {  // the teacher's logits of the same rows and block
+          float* tl = teacher->scratch;
+          if (low)
+            gemm_bf16(false, true, R, bw, Dt, 1.0f, teacher->h.bf16() + r0 * Dt, Dt, teacher->w.bf16() + v0 * Dt, Dt,
+                      0.0f, tl + v0, V);
+          else
+            gemm_f32(false, true, R, bw, Dt, 1.0f, th + r0 * Dt, Dt, tw + v0 * Dt, Dt, 0.0f, tl + v0, V);
+          for (int64_t r = 0; r < R; ++r) {
+            float* row = tl + r * V + v0;
+            for (int64_t v = 0; v < bw; ++v) row[v] += teacher->b[v0 + v];
+            teacher_max[size_t(r * blocks + blk)] = row_max(row, bw);
+          }
+        }
       }
       // Softmax statistics and the loss per row; the row becomes exp(logit - max).
 #pragma omp for schedule(static)
@@ -71,9 +117,35 @@ void CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, cons
         const float target_logit = target >= 0 ? row[target] : 0.0f;
         const float* maxima = block_max.data() + r * blocks;
         const float mx = *std::max_element(maxima, maxima + blocks);
+        if (teacher && target >= 0) {
+          // With e_q = exp((z − max z)/τ) in a, e_p = exp((u − max u)/τ) in place of u and
+          // diff = (u − max u)/τ − (z − max z)/τ: log p − log q = diff − log Σe_p + log Σe_q, so
+          // kl = Σ p (log p − log q) = Σ e_p·diff / Σe_p − log Σe_p + log Σe_q.
+          const float* tmaxima = teacher_max.data() + r * blocks;
+          const float tmx = *std::max_element(tmaxima, tmaxima + blocks);
+          float* u = teacher->scratch + r * V;
+          float* a = distill_rows_.data() + size_t(omp_get_thread_num()) * 2 * size_t(V);
+          float* diff = a + V;
+          const float inv = 1.0f / temperature;
+          for (int64_t v = 0; v < V; ++v) {
+            a[v] = row[v] * inv;
+            diff[v] = (u[v] - tmx) * inv - (row[v] - mx) * inv;
+            u[v] *= inv;
+          }
+          const double sum_q = exp_shift_sum(a, V, mx * inv), sum_p = exp_shift_sum(u, V, tmx * inv);
+          double cross = 0;
+          for (int64_t v = 0; v < V; ++v) cross += double(u[v]) * double(diff[v]);
+          kls[size_t(r0 + r)] = cross / sum_p - std::log(sum_p) + std::log(sum_q);
+          if (kl_gradient) {  // u becomes the KL's logit gradient, grad_scale·α·τ·(q − p)
+            const double k = double(grad_scale) * double(alpha) * double(temperature);
+            const float kq = float(k / sum_q), kp = float(k / sum_p);
+            for (int64_t v = 0; v < V; ++v) u[v] = kq * a[v] - kp * u[v];
+          }
+        }
         const double sum = exp_shift_sum(row, V, mx);
         losses[size_t(r0 + r)] = target >= 0 ? double(mx) + std::log(sum) - double(target_logit) : 0.0;
-        row_factor[size_t(r)] = target >= 0 ? float(double(grad_scale) / sum) : 0.0f;  // softmax · grad_scale
+        // softmax · grad_scale (· (1 − α) with a teacher)
+        row_factor[size_t(r)] = target >= 0 ? float(double(grad_scale) * ce_share / sum) : 0.0f;
       }
       if (dh) {
         // Per block: logit gradients (softmax − one-hot, scaled), db, dw and a partial dh.
@@ -88,7 +160,11 @@ void CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, cons
             float* row = logits + r * V + v0;
             row_scale(row, bw, row_factor[size_t(r)]);
             const int32_t target = targets[r0 + r];
-            if (target >= v0 && target < v0 + bw) row[target - v0] -= grad_scale;
+            if (target >= v0 && target < v0 + bw) row[target - v0] -= target_grad;
+            if (kl_gradient && target >= 0) {
+              const float* g = teacher->scratch + r * V + v0;
+              for (int64_t v = 0; v < bw; ++v) row[v] += g[v];
+            }
             for (int64_t v = 0; v < bw; ++v) db[v0 + v] += row[v];
             if (low) to_bf16(row, dl_low + r * kBlockStride, bw);
           }
@@ -123,6 +199,11 @@ void CpuOps::lm_head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, cons
     if (row_loss) row_loss[r] += float(losses[size_t(r)]);
   }
   *loss_sum += total;
+  if (teacher) {
+    double kl = 0;
+    for (double k : kls) kl += k;
+    *kl_sum += kl;
+  }
 }
 
 }  // namespace ctrl::cpu

@@ -1,0 +1,239 @@
+// Measuring control (eval/control.h, eval/domain_classifier.h, ctrl eval
+// --codes / --control-accuracy) on a model that has learned to follow its
+// codes: a two-domain corpus (hiragana texts under Kana, ASCII texts under
+// Latin) prepared with a real tokenizer, and a one-layer model trained on it
+// for a few hundred steps (about a second).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/file_io.h"
+#include "core/plot.h"
+#include "core/rng.h"
+#include "corpus/prepare.h"
+#include "corpus/sources.h"
+#include "eval/control.h"
+#include "eval/domain_classifier.h"
+#include "test_support.h"
+#include "tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+using namespace ctrl;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string document(const std::vector<std::string>& words, const std::string& sep, uint64_t seed, int i) {
+  std::string text;
+  for (int k = 0; k < 40; ++k) {
+    text += words[random_bits(seed, uint64_t(i), uint64_t(k)) % words.size()];
+    text += k % 8 == 7 ? sep + "\n" : sep;
+  }
+  return text;
+}
+
+// The corpus and the trained model, made once per test process.
+struct ToyRun {
+  std::string dir, data, run, checkpoint;
+  ToyRun() {
+    dir = test_support::fresh_dir("ctrl_control", "toy");
+    data = dir + "/data";
+    run = dir + "/run";
+    fs::create_directories(dir);
+    const std::vector<std::string> kana = {"ねこ", "いぬ", "さかな", "そら", "やま", "かわ", "はな", "とり", "みず", "ほし"};
+    const std::vector<std::string> latin = {"apple", "river", "stone", "cloud", "green", "seven", "light", "house",
+                                            "bread", "music"};
+    std::vector<PrepareInput> inputs;
+    for (const auto& [code, words, sep] : std::vector<std::tuple<std::string, std::vector<std::string>, std::string>>{
+             {"Kana", kana, "の"}, {"Latin", latin, " "}}) {
+      const std::string path = dir + "/" + code + ".jsonl";
+      std::ofstream f(path);
+      for (int i = 0; i < 160; ++i) f << nlohmann::json{{"text", document(words, sep, code.size(), i)}}.dump() << "\n";
+      f.close();
+      const SourceSpec spec{code, path};
+      inputs.push_back({code, path, [spec](const DocumentSink& sink) { return read_source(spec, ReaderOptions{}, sink); }});
+    }
+    PrepareOptions o;
+    o.out_dir = data;
+    o.vocab_size = 600;
+    o.valid_fraction = 0.15;
+    o.threads = 2;
+    o.quiet = true;
+    prepare_corpus(inputs, o);
+    Config c = load_config("tiny");
+    const Dataset d = Dataset::open(data);
+    for (const std::string s :
+         {"model.n_layer=1", "model.d_model=32", "model.n_head=2", "model.d_ff=64", "model.n_ctx=32",
+          "model.embd_pdrop=0", "model.resid_pdrop=0", "train.micro_batch=8", "train.global_batch=8",
+          "train.steps=300", "train.eval_every=0", "train.checkpoint_every=0", "train.warmup_steps=20",
+          "train.lr=0.005", "train.log_every=100"})
+      apply_override(c, s);
+    c.model.vocab_size = d.manifest().vocab_size;
+    c.train.data = data;
+    TrainerOptions t;
+    t.run_dir = run;
+    t.quiet = true;
+    Trainer trainer(c, t);
+    trainer.run();
+    checkpoint = checkpoint_path(run, c.train.steps);
+  }
+  ~ToyRun() { fs::remove_all(dir); }
+};
+
+const ToyRun& toy() {
+  static ToyRun r;
+  return r;
+}
+
+nlohmann::json run_json(const std::string& cmd) {
+  std::string out;
+  const int rc = test_support::run_shell(cmd, &out);
+  EXPECT_EQ(rc, 0) << cmd << "\n" << out;
+  return nlohmann::json::parse(out);
+}
+
+TEST(ControlCodes, DiagonalEqualsPlainEvalExactlyAndIsTheLowestInEveryRow) {
+  const ToyRun& r = toy();
+  Checkpoint ckpt(r.checkpoint);
+  auto data = std::make_shared<Dataset>(Dataset::open(r.data));
+  Batches batches = Batches::from_dataset(data, ckpt.config().model.n_ctx, ckpt.config().train.seed);
+  auto ops = test_support::make_test_ops();
+  Model model(ckpt.config().model, *ops, 8);
+  ckpt.load_parameters(model);
+  const CodeMatrix m = code_matrix(model, batches, 8, 16, true);
+  const auto plain = evaluate_held_out(model, batches, 8, 16);
+  ASSERT_EQ(m.rows.size(), 2u);
+  ASSERT_EQ(plain.size(), 2u);
+  EXPECT_EQ(m.columns, (std::vector<std::string>{"Kana", "Latin"}));
+  for (size_t i = 0; i < m.rows.size(); ++i) {
+    EXPECT_EQ(m.rows[i], plain[i].code);
+    EXPECT_EQ(m.loss[i][m.row_column[i]], plain[i].loss) << "the diagonal is plain eval, bit for bit";
+    EXPECT_EQ(m.tokens[i], plain[i].tokens);
+    for (size_t c = 0; c < m.columns.size(); ++c)
+      if (c != m.row_column[i]) EXPECT_GT(m.loss[i][c], m.loss[i][m.row_column[i]] + 0.05) << m.rows[i];
+    EXPECT_GT(m.gain(i), 0.05) << m.rows[i];
+    EXPECT_DOUBLE_EQ(m.gain(i), m.loss[i][1 - m.row_column[i]] - m.loss[i][m.row_column[i]]);
+  }
+  // A matrix of one corpus twice is the same bits.
+  const CodeMatrix again = code_matrix(model, batches, 8, 16, true);
+  EXPECT_EQ(again.loss, m.loss);
+}
+
+TEST(ControlCodes, CommandWritesJsonAndHeatmapBesideTheRun) {
+  const ToyRun& r = toy();
+  const std::string base = std::string(CTRL_BINARY) + " eval --model " + r.checkpoint + " --data " + r.data +
+                           " --max-sequences 8";
+  const auto matrix = run_json(base + " --codes --json 2>/dev/null");
+  const auto plain = run_json(base + " --json");
+  for (const std::string code : {"Kana", "Latin"}) {
+    EXPECT_EQ(matrix["codes"]["loss"][code][code].get<double>(), plain[code]["loss"].get<double>()) << code;
+    EXPECT_GT(matrix["codes"]["control_gain"][code].get<double>(), 0.05) << code;
+  }
+  // The files land in the run directory (the checkpoint sits in RUN/checkpoints/).
+  const auto file = nlohmann::json::parse(read_file(r.run + "/control-codes.json"));
+  EXPECT_EQ(file, matrix["codes"]);
+  const std::string svg = read_file(r.run + "/control-codes.svg");
+  EXPECT_NE(svg.find("<svg"), std::string::npos);
+  EXPECT_NE(svg.find("Latin"), std::string::npos);
+  // The readable form names the gain; --out puts the files elsewhere.
+  std::string out;
+  const std::string elsewhere = r.dir + "/elsewhere";
+  EXPECT_EQ(test_support::run_shell(base + " --codes --out " + elsewhere + " 2>/dev/null", &out), 0);
+  EXPECT_NE(out.find("control gain"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(elsewhere + "/control-codes.svg"));
+  // Flags that belong to another mode are refused in one line.
+  EXPECT_NE(test_support::run_shell(base + " --out /tmp/x 2>&1", &out), 0);
+  EXPECT_NE(out.find("--out is where"), std::string::npos) << out;
+  EXPECT_NE(test_support::run_shell(base + " --codes --temperature 1 2>&1", &out), 0);
+  EXPECT_NE(out.find("--temperature is a sampling flag of --control-accuracy"), std::string::npos) << out;
+}
+
+TEST(ControlCodes, HeatmapColoursCellsBySignAndOutlinesTheDiagonal) {
+  Heatmap h;
+  h.title = "a <b> & c";
+  h.rows = {"r0", "r1"};
+  h.columns = {"c0", "c1", "c2"};
+  h.color = {{0.0, 2.0, -1.0}, {NAN, 1.0, 0.0}};
+  h.text = {{"x", "y", "z"}, {"u", "v", "w"}};
+  h.outlined = {{0, 0}, {1, 1}};
+  const std::string path = test_support::fresh_dir("ctrl_control", "heatmap") + ".svg";
+  write_heatmap(path, h);
+  const std::string svg = read_file(path);
+  std::filesystem::remove(path);
+  EXPECT_NE(svg.find("a &lt;b&gt; &amp; c"), std::string::npos) << "escaped title";
+  EXPECT_NE(svg.find("fill='#ffffff'"), std::string::npos) << "0 is white";
+  EXPECT_NE(svg.find("fill='#cc4040'"), std::string::npos) << "the largest positive value is full red";
+  EXPECT_NE(svg.find("fill='#bbbbbb'"), std::string::npos) << "NaN is grey";
+  EXPECT_NE(svg.find("fill='#9f9fe6'"), std::string::npos) << "-1 of a scale of 2 is half blue";
+  size_t outlines = 0;
+  for (size_t at = svg.find("stroke='#222'"); at != std::string::npos; at = svg.find("stroke='#222'", at + 1)) ++outlines;
+  EXPECT_EQ(outlines, 2u);
+  for (const char* label : {">x<", ">w<", ">r1<", ">c2<"}) EXPECT_NE(svg.find(label), std::string::npos) << label;
+}
+
+TEST(DomainClassifier, SeparatesToyDomainsAndIsDeterministic) {
+  const std::vector<std::string> a = {"ねこ", "いぬ", "さかな", "そら", "やま"}, b = {"apple", "river", "stone", "cloud"},
+                                  c = {"猫", "犬", "魚", "空", "山"};
+  auto make = [&] {
+    DomainClassifier k({"a", "b", "c"});
+    for (int i = 0; i < 50; ++i) {
+      k.add(0, document(a, "の", 1, i));
+      k.add(1, document(b, " ", 2, i));
+      k.add(2, document(c, "と", 3, i));
+    }
+    return k;
+  };
+  const DomainClassifier k = make(), k2 = make();
+  int right = 0, total = 0;
+  for (int i = 100; i < 130; ++i)
+    for (size_t l = 0; l < 3; ++l) {
+      // Short held-out snippets: the first 12 characters of a fresh document.
+      const std::string doc = document(l == 0 ? a : l == 1 ? b : c, l == 0 ? "の" : l == 1 ? " " : "と", l + 1, i);
+      const auto cps = utf8_code_points(doc);
+      std::string snippet;
+      for (size_t j = 0; j < 12; ++j) {
+        const uint32_t cp = cps[j];  // back to UTF-8
+        if (cp < 0x80) snippet += char(cp);
+        else snippet += {char(0xE0 | (cp >> 12)), char(0x80 | ((cp >> 6) & 0x3F)), char(0x80 | (cp & 0x3F))};
+      }
+      right += k.classify(snippet) == l;
+      ++total;
+      EXPECT_EQ(k.scores(snippet), k2.scores(snippet)) << "deterministic";
+    }
+  EXPECT_GE(double(right) / total, 0.95);
+  EXPECT_EQ(k.classify(""), 0u) << "a tie goes to the first label";
+  EXPECT_EQ(k.trained_characters().size(), 3u);
+  // UTF-8: valid sequences decode, an invalid byte is a code point of its own.
+  EXPECT_EQ(utf8_code_points("aね"), (std::vector<uint32_t>{'a', 0x306D}));
+  EXPECT_EQ(utf8_code_points("\xff" "a"), (std::vector<uint32_t>{0xDCFF, 'a'}));
+  EXPECT_EQ(utf8_code_points("\xe3\x81"), (std::vector<uint32_t>{0xDCE3, 0xDC81}));
+}
+
+TEST(ControlAccuracy, SamplesFollowTheirCodeAndTheCeilingIsMeasured) {
+  const ToyRun& r = toy();
+  const std::string base = std::string(CTRL_BINARY) + " eval --model " + r.checkpoint + " --data " + r.data;
+  const auto j = run_json(base + " --control-accuracy 12 --max-tokens 24 --json 2>/dev/null")["control_accuracy"];
+  EXPECT_EQ(j["codes"], (nlohmann::json{"Kana", "Latin"}));
+  for (const std::string code : {"Kana", "Latin"}) {
+    EXPECT_EQ(j["confusion"][code]["Kana"].get<int>() + j["confusion"][code]["Latin"].get<int>(), 12);
+    EXPECT_EQ(j["samples"][code].size(), 12u);
+  }
+  EXPECT_GE(j["classifier"]["held_out_accuracy"].get<double>(), 0.95);
+  EXPECT_GE(j["accuracy"].get<double>(), 0.9) << j.dump(1);
+  EXPECT_EQ(nlohmann::json::parse(read_file(r.run + "/control-accuracy.json"))["accuracy"], j["accuracy"]);
+  // The same seed gives the same samples; the readable form prints the confusion matrix and the ceiling.
+  const auto again = run_json(base + " --control-accuracy 12 --max-tokens 24 --json 2>/dev/null")["control_accuracy"];
+  EXPECT_EQ(again["samples"], j["samples"]);
+  std::string out;
+  ASSERT_EQ(test_support::run_shell(base + " --control-accuracy 2 --max-tokens 8 --seed 3 2>/dev/null", &out), 0);
+  EXPECT_NE(out.find("generated under"), std::string::npos) << out;
+  EXPECT_NE(out.find("ceiling accuracy"), std::string::npos) << out;
+  EXPECT_NE(test_support::run_shell(base + " --control-accuracy 0 2>&1", &out), 0);
+  EXPECT_NE(out.find("--control-accuracy 0: expected"), std::string::npos) << out;
+}
+
+}  // namespace
