@@ -13,7 +13,7 @@ packages=(
   libsentencepiece-dev sentencepiece
   libbz2-dev libexpat1-dev zlib1g-dev libicu-dev libzip-dev libxml2-dev
   libopenmpi-dev openmpi-bin        # data-parallel training
-  clang libclang-rt-14-dev          # libFuzzer targets
+  clang libclang-rt-14-dev libomp-dev  # libFuzzer targets (clang needs its own OpenMP)
   dpkg-dev groff-base               # the built-in corpus: dpkg-deb, man pages rendered by groff
   bzip2 python3                     # fuzz seeds (bzcat), scripts/main.sh reads the manifest
 )

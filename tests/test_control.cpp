@@ -114,7 +114,9 @@ TEST(ControlCodes, DiagonalEqualsPlainEvalExactlyAndIsTheLowestInEveryRow) {
     EXPECT_EQ(m.loss[i][m.row_column[i]], plain[i].loss) << "the diagonal is plain eval, bit for bit";
     EXPECT_EQ(m.tokens[i], plain[i].tokens);
     for (size_t c = 0; c < m.columns.size(); ++c)
-      if (c != m.row_column[i]) EXPECT_GT(m.loss[i][c], m.loss[i][m.row_column[i]] + 0.05) << m.rows[i];
+      if (c != m.row_column[i]) {
+        EXPECT_GT(m.loss[i][c], m.loss[i][m.row_column[i]] + 0.05) << m.rows[i];
+      }
     EXPECT_GT(m.gain(i), 0.05) << m.rows[i];
     EXPECT_DOUBLE_EQ(m.gain(i), m.loss[i][1 - m.row_column[i]] - m.loss[i][m.row_column[i]]);
   }

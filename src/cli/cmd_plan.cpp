@@ -9,6 +9,7 @@
 #include "model/layout.h"
 #include "ops/ops.h"
 #include "plan/plan.h"
+#include "train/checkpoint.h"
 
 namespace ctrl::cli {
 namespace {
@@ -51,7 +52,7 @@ int run(const std::vector<std::string>& argv) {
   if (args.has("precision")) apply_override(r.config, "train.precision=" + args.get("precision"));
   if (args.has("teacher")) r.config.train.teacher = args.get("teacher");
   validate(r.config);
-  r.teacher = plan::teacher_of(r.config);
+  r.teacher = teacher_of(r.config);
   r.tokens = args.get_double("tokens", 0, 0, 1e18, true);
   if (!args.has("tokens")) fail("ctrl plan: missing --tokens (how many tokens to train on, e.g. 10e9)");
 

@@ -67,11 +67,6 @@ ModelConfig teacher_forward_config(const ModelConfig& teacher) {
   return t;
 }
 
-std::optional<ModelConfig> teacher_of(const Config& config) {
-  if (config.train.teacher.empty()) return std::nullopt;
-  return Checkpoint(config.train.teacher).config().model;
-}
-
 namespace {
 // The teacher's buffers: what Model(teacher_forward_config(t), ops, B, low, false) allocates.
 uint64_t teacher_bytes(const Config& student, const ModelConfig& teacher, int64_t micro_batch) {

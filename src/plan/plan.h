@@ -60,8 +60,6 @@ Memory memory_for(const Config& config, int64_t micro_batch, int zero_ranks, uin
 // The form in which the trainer builds a teacher: forward only, so recompute
 // "layers" (only each layer's input is kept; the values are the same bits).
 ModelConfig teacher_forward_config(const ModelConfig& teacher);
-// The teacher's model config from config.train.teacher (its checkpoint), or none.
-std::optional<ModelConfig> teacher_of(const Config& config);
 
 // Exactly what Model(config.model, ops, B) and Optimizer(config.train, ...)
 // allocate for an fp32 run: memory_for(config, B, 1, 0).buffers().

@@ -292,6 +292,11 @@ std::string checkpoint_path(const std::string& run_dir, int64_t step) {
   return run_dir + "/checkpoints/" + name;
 }
 
+std::optional<ModelConfig> teacher_of(const Config& config) {
+  if (config.train.teacher.empty()) return std::nullopt;
+  return Checkpoint(config.train.teacher).config().model;
+}
+
 std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   std::vector<std::string> out;
   const std::string dir = run_dir + "/checkpoints";

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,8 @@ void check_corpus_matches(const CheckpointContents& checkpoint, const Dataset& d
 
 // Checkpoint files in a run directory's checkpoints/, oldest first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
+// The teacher's model config from config.train.teacher (its checkpoint), or none (for ctrl plan).
+std::optional<ModelConfig> teacher_of(const Config& config);
 // Removes all but the newest `keep`.
 void prune_checkpoints(const std::string& run_dir, int64_t keep);
 std::string checkpoint_path(const std::string& run_dir, int64_t step);
