@@ -80,14 +80,16 @@ struct HeadCase {
   }
 };
 
-double central(float* x, size_t i, float step, const std::function<double()>& f) {
-  const float x0 = x[i], xp = x0 + step, xm = x0 - step;
-  x[i] = xp;
-  const double fp = f();
-  x[i] = xm;
-  const double fm = f();
-  x[i] = x0;
-  return (fp - fm) / (double(xp) - double(xm));
+// The `kl` of every logged step of a run, in order.
+std::vector<double> logged_kl(const std::string& run_dir) {
+  std::ifstream metrics(run_dir + "/metrics.jsonl");
+  std::string line;
+  std::vector<double> kl;
+  while (std::getline(metrics, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("kl")) kl.push_back(j["kl"].get<double>());
+  }
+  return kl;
 }
 
 // max |numeric − analytic| over `indices` against the largest |analytic| (the gradient's scale).
@@ -95,7 +97,8 @@ void expect_gradient(float* x, const std::vector<float>& analytic, const std::fu
                      const std::vector<size_t>& indices, const char* what) {
   double scale = 0, err = 0;
   for (float g : analytic) scale = std::max(scale, double(std::abs(g)));
-  for (size_t i : indices) err = std::max(err, std::abs(central(x, i, 1e-2f, f) - double(analytic[i])));
+  for (size_t i : indices)
+    err = std::max(err, std::abs(test_support::central_difference(x, i, 1e-2f, f) - double(analytic[i])));
   EXPECT_GT(scale, 0.0) << what;
   EXPECT_LT(err, 2e-3 * scale) << what << ": error " << err << " against gradient scale " << scale;
 }
@@ -224,13 +227,7 @@ TEST(Distill, AStudentDistilledFromItselfHasZeroKlAtStepZero) {
   c.train.distill_alpha = 0.5;
   TrainerOptions o{fresh_dir("self_student"), false, true};
   Trainer(c, o).run();
-  std::ifstream metrics(o.run_dir + "/metrics.jsonl");
-  std::string line;
-  std::vector<double> kl;
-  while (std::getline(metrics, line)) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("kl")) kl.push_back(j["kl"].get<double>());
-  }
+  const std::vector<double> kl = logged_kl(o.run_dir);
   ASSERT_EQ(kl.size(), 3u);
   EXPECT_EQ(kl[0], 0.0) << "step 1's loss is measured with the step-0 weights, which are the teacher's";
   EXPECT_GT(kl[2], 0.0) << "after an update the student differs from the teacher";
@@ -272,13 +269,7 @@ TEST(Distill, AnyStudentShapeLearnsTheTeachersDistribution) {
     c.train.distill_alpha = 1;  // the teacher's softened distribution alone
     TrainerOptions o{fresh_dir("shape"), false, true};
     Trainer(c, o).run();
-    std::ifstream metrics(o.run_dir + "/metrics.jsonl");
-    std::string line;
-    std::vector<double> kl;
-    while (std::getline(metrics, line)) {
-      const auto j = nlohmann::json::parse(line);
-      if (j.contains("kl")) kl.push_back(j["kl"].get<double>());
-    }
+    const std::vector<double> kl = logged_kl(o.run_dir);
     ASSERT_EQ(kl.size(), 30u);
     EXPECT_LT(kl.back(), 0.5 * kl.front()) << sets[0] << ": the student moves toward the teacher";
     std::filesystem::remove_all(o.run_dir);

@@ -55,17 +55,6 @@ double dot(const std::vector<float>& r, const float* out) {
   return s;
 }
 
-// Central difference of f with respect to x[i]; x[i] is restored bit-exactly.
-double central_difference(float* x, size_t i, float h, const std::function<double()>& f) {
-  const float x0 = x[i];
-  const float xp = x0 + h, xm = x0 - h;
-  x[i] = xp;
-  const double fp = f();
-  x[i] = xm;
-  const double fm = f();
-  x[i] = x0;
-  return (fp - fm) / (double(xp) - double(xm));
-}
 
 struct CheckResult {
   double max_err = 0;  // largest |numeric - analytic| over the checked elements
@@ -86,7 +75,7 @@ CheckResult check_gradient(float* x, const float* analytic, size_t n, float h, c
   CheckResult r;
   for (size_t i = 0; i < n; ++i) r.scale = std::max(r.scale, double(std::abs(analytic[i])));
   for (size_t i : indices) {
-    const double err = std::abs(central_difference(x, i, h, f) - double(analytic[i]));
+    const double err = std::abs(test_support::central_difference(x, i, h, f) - double(analytic[i]));
     if (err > r.max_err) r.max_err = err, r.worst = i;
   }
   if (std::getenv("CTRL_GRADCHECK_VERBOSE"))

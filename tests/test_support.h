@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,18 @@ inline std::string fresh_dir(const std::string& prefix, const std::string& name)
   auto p = std::filesystem::temp_directory_path() / (prefix + "_" + name + "_" + std::to_string(getpid()));
   std::filesystem::remove_all(p);
   return p.string();
+}
+
+// Central difference of f with respect to x[i], over the step actually
+// representable in float; x[i] is restored bit-exactly.
+inline double central_difference(float* x, size_t i, float h, const std::function<double()>& f) {
+  const float x0 = x[i], xp = x0 + h, xm = x0 - h;
+  x[i] = xp;
+  const double fp = f();
+  x[i] = xm;
+  const double fm = f();
+  x[i] = x0;
+  return (fp - fm) / (double(xp) - double(xm));
 }
 
 // The trainer tests' model and schedule: vocabulary 64 (the two-code corpus

@@ -10,23 +10,18 @@
 
 namespace ctrl {
 
-// A base-10 integer, optionally with a leading '+' or '-', within int64_t.
-inline std::optional<int64_t> parse_whole_int(std::string_view text) {
+// The whole text as a T: a base-10 integer within int64_t (T = int64_t), or a
+// decimal or scientific number, "inf" and "nan" included (T = double: callers
+// that need a finite value check it); either optionally with a leading '+'.
+template <typename T>
+std::optional<T> parse_whole(std::string_view text) {
   if (text.size() > 1 && text[0] == '+' && text[1] != '-') text.remove_prefix(1);
-  int64_t value = 0;
+  T value{};
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
   return value;
 }
-
-// A decimal or scientific number (also "inf" and "nan": callers that need a
-// finite value check it), optionally with a leading '+'.
-inline std::optional<double> parse_whole_double(std::string_view text) {
-  if (text.size() > 1 && text[0] == '+' && text[1] != '-') text.remove_prefix(1);
-  double value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
-}
+inline std::optional<int64_t> parse_whole_int(std::string_view text) { return parse_whole<int64_t>(text); }
+inline std::optional<double> parse_whole_double(std::string_view text) { return parse_whole<double>(text); }
 
 }  // namespace ctrl
