@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
@@ -92,6 +93,30 @@ TEST(Generator, KeyValueCachePathEqualsTheFullForwardPass) {
   }
   for (int64_t t = T; t < c.n_ctx; ++t) gen.feed(1);
   EXPECT_THROW(gen.feed(1), Error);  // the context is full
+}
+
+// ctrl generate's model holds one row of activations and no gradients; its
+// decoding runs the same ops on the same row as a training-sized model's.
+TEST(Generator, DecodeOnlyModelGivesTheSameBits) {
+  ModelConfig c;
+  c.vocab_size = 30, c.n_layer = 2, c.d_model = 16, c.n_head = 2, c.d_ff = 20, c.n_ctx = 8, c.seed = 5;
+  auto ops = test_support::make_test_ops();
+  Model trained(c, *ops, 2);
+  trained.init_weights();
+  Model decoder(c, *ops, 1, DType::F32, false, 1);
+  EXPECT_EQ(decoder.grads.size(), 0u);
+  EXPECT_LT(decoder.activation_layout().total, trained.activation_layout().total / 8);
+  decoder.params.from_host(trained.params.to_host());
+  Generator a(trained), b(decoder);
+  std::vector<float> first;
+  for (int32_t token : {4, 29, 0, 4, 17}) {
+    const std::vector<float> x = a.feed(token), y = b.feed(token);
+    ASSERT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << "position " << b.position();
+    if (first.empty()) first = y;
+  }
+  EXPECT_THROW(b.feed(30), Error);  // outside the vocabulary
+  b.reset();                        // a new sequence overwrites the cache from position 0
+  EXPECT_EQ(b.feed(4), first);
 }
 
 TEST(Generator, PenaltyDividesPositiveAndMultipliesNegativeLogitsOfSeenTokens) {

@@ -63,7 +63,7 @@ int run(const std::vector<std::string>& argv) {
     for (int32_t t : tokenizer->encode(args.get("prompt"))) history.push_back(t);
   }
   auto ops = make_ops(args.has("device") ? args.get("device") : "cpu");
-  Model model(ckpt.config().model, *ops, 0);
+  Model model(ckpt.config().model, *ops, 1, DType::F32, false, 1);  // decoding only: one row, no gradients
   ckpt.load_parameters(model);
   Generator gen(model);
   const int64_t n_ctx = ckpt.config().model.n_ctx;

@@ -19,31 +19,27 @@ struct SamplingOptions {
   double top_p = 1.0;      // nucleus; 1: no limit
 };
 
-// The key/value cache, scratch and logits live in the model's backend; only
-// the logits of each step are downloaded (for sampling on the host).
+// Incremental decoding through Model::decode (the model's own layer forward
+// at T = 1) with a key/value cache in the model's backend; only each step's
+// logits come to the host, for sampling.
 class Generator {
  public:
-  // Uses the model's parameters and ops; the model needs no activation memory.
-  explicit Generator(Model& model);
-  void reset() { position_ = 0; }
-  int64_t position() const { return position_; }
+  // Uses the model's parameters, ops and activation scratch: a model built
+  // only to generate needs max_batch = max_T = 1 and no gradients.
+  explicit Generator(Model& model) : model_(model), cache_(model), logits_(size_t(model.config().vocab_size)) {}
+  void reset() { cache_.length = 0; }
+  int64_t position() const { return cache_.length; }
   // Runs the token at the next position and returns the logits [V] for the
   // following one. The position must stay below n_ctx.
-  const std::vector<float>& feed(int32_t token);
+  const std::vector<float>& feed(int32_t token) {
+    model_.decode(token, cache_, logits_.data());
+    return logits_;
+  }
 
  private:
-  // A layer's parameters, resolved once (layers that share read layer 0's).
-  struct LayerParams {
-    const float *ln1_w, *ln1_b, *wqkv, *bqkv, *wdense, *bdense, *ln2_w, *ln2_b, *w0, *b0, *w2, *b2;
-  };
   Model& model_;
-  int64_t position_ = 0;
-  std::vector<LayerParams> layers_;
-  DeviceArray<float> k_cache_, v_cache_;  // [L, n_ctx, D]
-  DeviceArray<float> x_, ln_, qkv_, att_, branch_, ffn_, logits_;
-  DeviceArray<float> emb_;  // factorized embedding: the E-wide embedding row, then the E-wide head input
-  DeviceArray<float> mean_, rstd_;
-  std::vector<float> host_logits_;
+  KvCache cache_;
+  std::vector<float> logits_;
 };
 
 // Chooses the next token from logits given the tokens so far (penalized).

@@ -102,15 +102,15 @@ DType activation_dtype(const std::string& precision) {
   return DType::F32;
 }
 
-ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType low) {
+ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType low, int64_t T) {
   ActivationLayout a;
   a.dtype = low;
   a.inner = low == DType::BF16 ? DType::BF16 : DType::F32;
   a.B = B;
-  a.T = c.n_ctx;
-  const size_t N = size_t(B) * size_t(c.n_ctx), D = size_t(c.d_model), F = size_t(c.d_ff);
+  a.T = T > 0 ? T : c.n_ctx;
+  const size_t N = size_t(B) * size_t(a.T), D = size_t(c.d_model), F = size_t(c.d_ff);
   const size_t E = size_t(embedding_width(c));
-  const size_t probs = size_t(B) * size_t(c.n_head) * size_t(c.n_ctx) * size_t(c.n_ctx);
+  const size_t probs = size_t(B) * size_t(c.n_head) * size_t(a.T) * size_t(a.T);
   const bool factorized = c.embedding_dim > 0;
   const bool cheap = c.recompute == "cheap", whole_layers = c.recompute == "layers";
   size_t at = 0;

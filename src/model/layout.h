@@ -102,8 +102,10 @@ struct ActivationLayout {
 // (d_qkv, d_att, d_ffn) are bf16 too; fp16 keeps those fp32, as its products
 // are emulated in fp32 on the CPU. The running residual stream, its gradient,
 // LayerNorm statistics and the logits chunk stay fp32. Offsets and totals count
-// 4-byte units, so a 16-bit slot takes half the room.
-ActivationLayout make_activation_layout(const ModelConfig& config, int64_t micro_batch, DType low = DType::F32);
+// 4-byte units, so a 16-bit slot takes half the room. Rows are micro_batch
+// sequences of `T` tokens (0: n_ctx); decoding (Model::decode) needs one row.
+ActivationLayout make_activation_layout(const ModelConfig& config, int64_t micro_batch, DType low = DType::F32,
+                                        int64_t T = 0);
 // The activation type of a precision name ("fp32" -> F32, "bf16" -> BF16).
 DType activation_dtype(const std::string& precision);
 

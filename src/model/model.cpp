@@ -2,15 +2,23 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "core/rng.h"
 
 namespace ctrl {
 
-Model::Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low, bool with_gradients)
+KvCache::KvCache(Model& model) {
+  const ModelConfig& c = model.config();
+  const size_t n = size_t(c.n_layer) * size_t(c.n_ctx) * size_t(c.d_model);
+  k = DeviceArray<float>(model.ops(), n, "kv_cache.k");
+  v = DeviceArray<float>(model.ops(), n, "kv_cache.v");
+}
+
+Model::Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low, bool with_gradients, int64_t max_T)
     : config_(config),
       ops_(ops),
       layout_(make_param_layout(config)),
-      acts_layout_(make_activation_layout(config, max_batch, low)) {
+      acts_layout_(make_activation_layout(config, max_batch, low, max_T)) {
   CTRL_ASSERT(low == DType::F32 || low == DType::BF16 || low == DType::F16);
   params = DeviceArray<float>(ops, layout_.total, "model.params");
   if (with_gradients) grads = DeviceArray<float>(ops, layout_.total, "model.grads");
@@ -104,7 +112,7 @@ float* Model::branch_gradient(float* d_stream, float* scratch, size_t n, const D
 }
 
 void Model::forward(int64_t B, int64_t T, bool training, uint64_t seed) {
-  CTRL_ASSERT(B * T <= acts_layout_.B * acts_layout_.T && T <= config_.n_ctx);
+  CTRL_ASSERT(B * T <= acts_layout_.B * acts_layout_.T && T <= acts_layout_.T);
   if (low_weights_.size())
     ops_.copy(TensorRef(low_weights_.data(), acts_layout_.dtype), params.data(), layout_.total);
   const int64_t N = B * T, D = config_.d_model, E = embedding_width(config_);
@@ -120,14 +128,23 @@ void Model::forward(int64_t B, int64_t T, bool training, uint64_t seed) {
     ops_.embedding_forward(x0, tokens, P + wte_, B, T, D, std::sqrt(float(D)));
   }
   ops_.dropout(x0, ND, dropout(config_.embd_pdrop, training, seed, 0));
-  for (int l = 0; l < int(config_.n_layer); ++l) layer_forward(l, B, T, training, seed, true);
+  forward_from_stream(B, T, training, seed);
+}
+
+void Model::forward_from_stream(int64_t B, int64_t T, bool training, uint64_t seed, KvCache* cache) {
+  const int64_t N = B * T, D = config_.d_model, E = embedding_width(config_);
+  const size_t ND = size_t(N * D);
+  float* P = params.data();
+  const auto& A = acts_layout_;
+  for (int l = 0; l < int(config_.n_layer); ++l) layer_forward(l, B, T, training, seed, true, cache);
   ops_.layernorm_forward(low(A.lnf_out), act(A.lnf_mean), act(A.lnf_rstd), layernorm_input(A.x_out, A.lnf_in, ND),
                          P + lnf_w_, P + lnf_b_, N, D, float(config_.layer_norm_eps));
   if (factorized())  // Linear D→E before the tied E-wide head
     ops_.linear_forward(low(A.head_in), low(A.lnf_out), weight(proj_out_w_), P + proj_out_b_, N, E, D);
 }
 
-void Model::layer_forward(int l, int64_t B, int64_t T, bool training, uint64_t seed, bool to_output) {
+void Model::layer_forward(int l, int64_t B, int64_t T, bool training, uint64_t seed, bool to_output,
+                          KvCache* cache) {
   const int64_t N = B * T, D = config_.d_model, F = config_.d_ff, H = config_.n_head;
   const size_t ND = size_t(N * D);
   float* P = params.data();
@@ -138,7 +155,15 @@ void Model::layer_forward(int l, int64_t B, int64_t T, bool training, uint64_t s
   ops_.layernorm_forward(low(L.ln1_out), act(L.ln1_mean), act(L.ln1_rstd), layernorm_input(L.x_in, L.ln1_in, ND),
                          P + W.ln1_w, P + W.ln1_b, N, D, 1e-6f);
   ops_.linear_forward(low(L.qkv), low(L.ln1_out), weight(W.wqkv), P + W.bqkv, N, 3 * D, D);
-  ops_.attention_forward(low(L.att), inner(L.probs), low(L.qkv), B, T, D, H);
+  if (cache) {
+    const size_t layer = size_t(l) * size_t(config_.n_ctx * D), at = layer + size_t(cache->length * D);
+    float* qkv = act(L.qkv);
+    ops_.copy(cache->k.data() + at, qkv + D, size_t(D));
+    ops_.copy(cache->v.data() + at, qkv + 2 * D, size_t(D));
+    ops_.attention_decode(act(L.att), qkv, cache->k.data() + layer, cache->v.data() + layer, cache->length + 1, D, H);
+  } else {
+    ops_.attention_forward(low(L.att), inner(L.probs), low(L.qkv), B, T, D, H);
+  }
   ops_.linear_forward(branch, low(L.att), weight(W.wdense), P + W.bdense, N, D, D);
   ops_.residual_add(act(L.x_mid), act(L.x_in), branch, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
   ops_.layernorm_forward(low(L.ln2_out), act(L.ln2_mean), act(L.ln2_rstd), layernorm_input(L.x_mid, L.ln2_in, ND),
@@ -301,6 +326,28 @@ void Model::logits(const int32_t* tokens, int64_t B, int64_t T, float* out) {
   ops_.linear_forward(logits.data(), head_input(), weight(wte_), params.data() + head_b_, B * T, config_.vocab_size,
                       embedding_width(config_));
   logits.download(out, n);
+}
+
+void Model::decode(int32_t token, KvCache& cache, float* logits) {
+  if (cache.length >= config_.n_ctx)
+    fail("generation reached the model's context of " + std::to_string(config_.n_ctx) + " tokens");
+  if (token < 0 || token >= config_.vocab_size)
+    fail("token id " + std::to_string(token) + " is outside the vocabulary of " + std::to_string(config_.vocab_size));
+  CTRL_ASSERT(acts_layout_.dtype == DType::F32 && acts_layout_.B * acts_layout_.T >= 1);
+  const int64_t D = config_.d_model, E = embedding_width(config_), V = config_.vocab_size;
+  float* P = params.data();
+  const auto& A = acts_layout_;
+  float* x0 = act(A.layers[0].x_in);
+  if (factorized()) {
+    ops_.embedding_at(act(A.emb), token, cache.length, P + wte_, E, std::sqrt(float(E)));
+    ops_.linear_forward(x0, act(A.emb), P + proj_in_w_, P + proj_in_b_, 1, D, E);
+  } else {
+    ops_.embedding_at(x0, token, cache.length, P + wte_, D, std::sqrt(float(D)));
+  }
+  forward_from_stream(1, 1, false, 0, &cache);
+  ops_.linear_forward(act(A.logits), head_input(), weight(wte_), P + head_b_, 1, V, E);
+  activations_.download(logits, size_t(V), A.logits);
+  ++cache.length;
 }
 
 }  // namespace ctrl

@@ -24,6 +24,14 @@ struct LossSum {
 
 class Model;
 
+// The keys and values of the positions decoded so far, for Model::decode:
+// [n_layer, n_ctx, d_model] each, in the model's backend.
+struct KvCache {
+  explicit KvCache(Model& model);
+  DeviceArray<float> k, v;
+  int64_t length = 0;  // positions cached; the next token decodes at this position
+};
+
 // Distillation in forward_backward: the teacher runs forward (no dropout, no
 // gradients) on the same micro-batch, and the head's loss becomes
 // Ops::lm_head_distill's (1 − α)·cross-entropy + α·τ²·KL(teacher‖student).
@@ -41,7 +49,9 @@ class Model {
   // refreshed from the fp32 master weights at every forward pass, and the
   // activations that feed them are stored in it.
   // with_gradients = false (a teacher, run forward only) allocates no gradient buffer.
-  Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low = DType::F32, bool with_gradients = true);
+  // max_T (0: n_ctx) bounds the tokens per sequence; a model that only decodes needs max_batch = max_T = 1.
+  Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low = DType::F32, bool with_gradients = true,
+        int64_t max_T = 0);
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
@@ -93,6 +103,11 @@ class Model {
                    double* loss_sum = nullptr);
   // Full logits [B, T, V] into host memory, for tests and small models.
   void logits(const int32_t* tokens, int64_t B, int64_t T, float* out);
+  // Generation: runs `token` at position cache.length through the same layer
+  // forward as training (one row, fp32 activations), appending each layer's
+  // key and value to the cache, and writes the next token's logits [V] to
+  // host memory. Fails in one line once the cache holds n_ctx positions.
+  void decode(int32_t token, KvCache& cache, float* logits);
 
   DeviceArray<float> params, grads;
 
@@ -103,10 +118,15 @@ class Model {
   void head_loss(int64_t N, float grad_scale, bool training, float* row_loss, double* loss_sum, double* sum,
                  const Distillation* distill = nullptr);
   void forward(int64_t B, int64_t T, bool training, uint64_t seed);
+  // From the first layer's input x_in to the head's input: the layers, the final LayerNorm and (factorized) w_proj_out.
+  void forward_from_stream(int64_t B, int64_t T, bool training, uint64_t seed, KvCache* cache = nullptr);
   // Layer l's forward from its saved input x_in. With to_output it ends in the
   // next layer's input (or x_out); without, it stops once everything the
   // backward reads exists (after the ReLU), as recompute="layers" needs.
-  void layer_forward(int l, int64_t B, int64_t T, bool training, uint64_t seed, bool to_output);
+  // With a cache (decoding one row) attention appends this position's key and
+  // value to layer l's cache and attends over every cached position.
+  void layer_forward(int l, int64_t B, int64_t T, bool training, uint64_t seed, bool to_output,
+                     KvCache* cache = nullptr);
   // Expects the gradient of the summed loss w.r.t. the head's input in d_head().
   void backward(int64_t B, int64_t T, bool training, uint64_t seed);
   bool factorized() const { return config_.embedding_dim > 0; }
