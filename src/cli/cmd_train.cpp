@@ -1,8 +1,11 @@
 // ctrl train: train a model from a preset or TOML config into a run directory.
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "core/parse.h"
 #include "core/sysinfo.h"
 #include "train/trainer.h"
 
@@ -31,6 +34,24 @@ const char* kUsage =
     "the student's precision; it must share the corpus's tokenizer and control codes and have a context\n"
     "at least the student's. The student may have any shape (fewer or narrower layers, sharing, a\n"
     "factorized embedding). The logged loss stays the cross-entropy; kl and objective are logged too.\n";
+
+// Test hook for tests/mpi/trainer_runs.cpp: CTRL_TEST_FAULT=kill:N (or
+// stop:N) makes rank 1 send itself SIGKILL (SIGSTOP) just before optimizer
+// step N, to show how a job ends when a rank dies (hangs) mid-training.
+std::function<void(int64_t, int)> fault_from_environment() {
+  const char* v = std::getenv("CTRL_TEST_FAULT");
+  if (!v) return nullptr;
+  const std::string s = v;
+  const size_t colon = s.find(':');
+  const std::string kind = s.substr(0, colon);
+  const int64_t at = colon == std::string::npos ? 0 : parse_whole_int(s.substr(colon + 1)).value_or(0);
+  if ((kind != "kill" && kind != "stop") || at < 1)
+    fail("CTRL_TEST_FAULT: expected kill:STEP or stop:STEP with STEP >= 1, got '" + s + "'");
+  const int signal = kind == "kill" ? SIGKILL : SIGSTOP;
+  return [signal, at](int64_t step, int rank) {
+    if (rank == 1 && step == at) std::raise(signal);
+  };
+}
 
 int run(const std::vector<std::string>& argv) {
   Args args("train", kUsage);
@@ -63,6 +84,7 @@ int run(const std::vector<std::string>& argv) {
   options.resume = args.has("resume");
   options.quiet = args.has("quiet");
   options.zero = int(args.get_int("zero", 0, 0, 1));
+  options.before_step = fault_from_environment();
   auto comm = make_communicator(args.get_double("timeout", 600, 0, 1e9, true));
   options.comm = comm.get();
   Trainer trainer(config, options);

@@ -2,16 +2,12 @@
 
 #include <chrono>
 #include <cmath>
-#include <csignal>
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "core/parse.h"
 #include "core/plot.h"
 #include "core/progress.h"
 #include "core/rng.h"
@@ -61,62 +57,49 @@ void draw_loss_curve(const std::string& run_dir) {
   if (!train.x.empty()) write_line_chart(run_dir + "/loss.svg", "Training loss", "step", "loss (nats/token)", all);
 }
 
-// Test hook for tests/mpi/trainer_runs.cpp: CTRL_TEST_FAULT=kill:N (or
-// stop:N) makes rank 1 send itself SIGKILL (SIGSTOP) just before optimizer
-// step N, to show how a job ends when a rank dies (hangs) mid-training.
-// Returns {signal, N}, or {0, 0} when the variable is unset.
-std::pair<int, int64_t> test_fault() {
-  const char* v = std::getenv("CTRL_TEST_FAULT");
-  if (!v) return {0, 0};
-  const std::string s = v;
-  const size_t colon = s.find(':');
-  const std::string kind = s.substr(0, colon);
-  const int64_t step = colon == std::string::npos ? 0 : parse_whole_int(s.substr(colon + 1)).value_or(0);
-  if ((kind != "kill" && kind != "stop") || step < 1)
-    fail("CTRL_TEST_FAULT: expected kill:STEP or stop:STEP with STEP >= 1, got '" + s + "'");
-  return {kind == "kill" ? SIGKILL : SIGSTOP, step};
+// The distillation teacher's checkpoint (train.teacher), read and verified,
+// or null without one. A teacher whose vocabulary or context cannot teach
+// this student is refused before anything is written.
+std::unique_ptr<Checkpoint> open_teacher(const Config& config) {
+  const std::string& path = config.train.teacher;
+  if (path.empty()) return nullptr;
+  std::unique_ptr<Checkpoint> teacher;
+  try {
+    teacher = std::make_unique<Checkpoint>(path);
+  } catch (const Error& e) {
+    fail("train.teacher (the distillation teacher): " + std::string(e.what()));
+  }
+  const ModelConfig& tm = teacher->config().model;
+  const std::string where = "ctrl train --teacher " + path + ": ";
+  if (tm.vocab_size != config.model.vocab_size)
+    fail(where + "the teacher's vocabulary has " + std::to_string(tm.vocab_size) + " tokens and the student's " +
+         std::to_string(config.model.vocab_size) + "; student and teacher must share the tokenizer");
+  if (tm.n_ctx < config.model.n_ctx)
+    fail(where + "the teacher's context is " + std::to_string(tm.n_ctx) + " tokens, shorter than the student's " +
+         std::to_string(config.model.n_ctx) + " (set model.n_ctx <= " + std::to_string(tm.n_ctx) + ")");
+  return teacher;
+}
+
+// The same tokenizer and the same control codes, or the teacher's logits do not mean the student's tokens.
+void check_teacher_shares_codes(const CheckpointContents& teacher, const CheckpointContents& student,
+                                const std::string& path) {
+  const std::string where = "ctrl train --teacher " + path + ": ";
+  if (teacher.tokenizer != student.tokenizer)
+    fail(where + (teacher.tokenizer.empty() || student.tokenizer.empty()
+                      ? "one of teacher and student was trained without a tokenizer"
+                      : "the teacher's tokenizer differs from the corpus's") +
+         "; student and teacher must share the tokenizer");
+  auto names = [](const std::vector<CodeInfo>& codes) {
+    std::string s;
+    for (const auto& c : codes) s += (s.empty() ? "" : ", ") + c.name + "=" + std::to_string(c.token_id);
+    return s;
+  };
+  if (names(teacher.codes) != names(student.codes))
+    fail(where + "the teacher's control codes (" + names(teacher.codes) + ") differ from the student's (" +
+         names(student.codes) + "); student and teacher must share the control codes");
 }
 
 }  // namespace
-
-double CodeLoss::perplexity() const { return std::exp(loss); }
-
-LossSum evaluate_windows(Model& model, const int32_t* tokens, const int32_t* targets, int64_t n, int64_t T,
-                         int64_t batch) {
-  // The loss accumulates in backend memory; the host reads it once.
-  DeviceArray<double> loss_sum(model.ops(), 1, "eval.loss_sum");
-  LossSum total;
-  for (int64_t i = 0; i < n; i += batch) {
-    const int64_t b = std::min(batch, n - i);
-    total.count += model.evaluate(tokens + i * T, targets + i * T, b, T, nullptr, loss_sum.data()).count;
-  }
-  loss_sum.download(&total.sum, 1);
-  return total;
-}
-
-std::vector<CodeLoss> evaluate_held_out(Model& model, const Batches& batches, int64_t batch, int64_t max_sequences,
-                                        Communicator* comm) {
-  std::vector<CodeLoss> out;
-  std::vector<int32_t> tokens, targets;
-  const int64_t T = batches.context();
-  const int64_t rank = comm ? comm->rank() : 0, size = comm ? comm->size() : 1;
-  for (size_t c = 0; c < batches.n_codes(); ++c) {
-    const int64_t n = batches.held_out(c, max_sequences, &tokens, &targets);
-    if (n == 0) continue;
-    // This rank's windows: rank, rank + size, ...; gathered into consecutive micro-batches.
-    std::vector<int32_t> mine_tokens, mine_targets;
-    for (int64_t i = rank; i < n; i += size) {
-      mine_tokens.insert(mine_tokens.end(), tokens.begin() + i * T, tokens.begin() + (i + 1) * T);
-      mine_targets.insert(mine_targets.end(), targets.begin() + i * T, targets.begin() + (i + 1) * T);
-    }
-    const int64_t mine = int64_t(mine_tokens.size()) / T;
-    const LossSum l = evaluate_windows(model, mine_tokens.data(), mine_targets.data(), mine, T, batch);
-    double sums[2] = {l.sum, double(l.count)};
-    if (comm) comm->all_reduce_sum(sums, 2);
-    out.push_back({batches.code_name(c), sums[1] > 0 ? sums[0] / sums[1] : 0.0, int64_t(sums[1])});
-  }
-  return out;
-}
 
 Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(config), options_(options) {
   validate(config_);
@@ -132,133 +115,24 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
          ") must be a multiple of ranks x train.micro_batch (" + std::to_string(ranks) + " x " +
          std::to_string(t.micro_batch) + ")");
   if (options_.zero != 0 && options_.zero != 1) fail("--zero must be 0 or 1");
-  // Distillation: the teacher's checkpoint is read (and verified) first, so that a teacher that
-  // cannot teach this student is refused before anything is written.
-  std::unique_ptr<Checkpoint> teacher;
-  if (!t.teacher.empty()) {
-    try {
-      teacher = std::make_unique<Checkpoint>(t.teacher);
-    } catch (const Error& e) {
-      fail("train.teacher (the distillation teacher): " + std::string(e.what()));
-    }
-    const ModelConfig& tm = teacher->config().model;
-    const std::string where = "ctrl train --teacher " + t.teacher + ": ";
-    if (tm.vocab_size != config_.model.vocab_size)
-      fail(where + "the teacher's vocabulary has " + std::to_string(tm.vocab_size) + " tokens and the student's " +
-           std::to_string(config_.model.vocab_size) + "; student and teacher must share the tokenizer");
-    if (tm.n_ctx < config_.model.n_ctx)
-      fail(where + "the teacher's context is " + std::to_string(tm.n_ctx) + " tokens, shorter than the student's " +
-           std::to_string(config_.model.n_ctx) + " (set model.n_ctx <= " + std::to_string(tm.n_ctx) + ")");
-  }
+  const std::unique_ptr<Checkpoint> teacher = open_teacher(config_);
   // Before anything is written or allocated: a run that cannot fit is refused with the figure.
-  const ModelConfig teacher_model = teacher ? plan::teacher_forward_config(teacher->config().model) : ModelConfig{};
   plan::check_memory(config_, t.micro_batch, options_.zero == 1 ? int(ranks) : 1, plan::available_memory_bytes(),
                      teacher ? &teacher->config().model : nullptr);
   comm_->check_identical("the configuration", config_to_json(config_));
   comm_->check_identical("the ctrl build", std::string(CTRL_VERSION) + " " + __DATE__ + " " + __TIME__);
-  const std::string& run = options_.run_dir;
-  if (writer()) run_dir_ = std::make_unique<RunDir>(run);  // the lock, and what killed runs left
-
-  TrainState resumed;
-  std::unique_ptr<Checkpoint> checkpoint;
-  const auto existing = writer() ? list_checkpoints(run) : std::vector<std::string>{};
-  // A run stopped before its first checkpoint: --resume starts it again from step 0.
-  const bool restart = options_.resume && writer() && existing.empty() && run_dir_->has_metrics();
-  if (restart)
-    std::fprintf(stderr, "note: %s has no checkpoint yet; --resume starts it again from step 0\n", run.c_str());
-  if (options_.resume && writer() && !restart) {
-    // The newest checkpoint that verifies; a damaged newest one falls back to the previous.
-    for (auto it = existing.rbegin(); it != existing.rend() && !checkpoint; ++it) {
-      try {
-        checkpoint = std::make_unique<Checkpoint>(*it);
-      } catch (const CheckpointTooNew&) {
-        throw;  // never train over (and then prune) a newer ctrl's run
-      } catch (const Error& e) {
-        std::fprintf(stderr, "warning: skipping %s\n", e.what());
-      }
-    }
-    if (!checkpoint) fail(run + ": --resume given but no readable checkpoint in " + run + "/checkpoints");
-    if (!same_model(checkpoint->config().model, config_.model))
-      fail(checkpoint->contents().config.preset + ": the checkpoint's model config differs from --config; resume "
-           "with the same model settings");
-    resumed = checkpoint->contents().state;
-  } else if (!options_.resume && !existing.empty()) {
-    fail(run + ": already holds checkpoints; pass --resume to continue it or choose another --out");
-  } else if (!options_.resume && writer() && run_dir_->has_metrics()) {
-    fail(run + ": holds metrics.jsonl of an earlier run that stopped before its first checkpoint; pass --resume to "
-         "start it again from step 0 or choose another --out");
-  }
-
-  if (!config_.train.data.empty()) {
-    dataset_ = std::make_shared<Dataset>(Dataset::open(config_.train.data));
-    if (dataset_->manifest().vocab_size > uint32_t(config_.model.vocab_size))
-      fail(config_.train.data + ": corpus vocabulary " + std::to_string(dataset_->manifest().vocab_size) +
-           " is larger than model.vocab_size " + std::to_string(config_.model.vocab_size) +
-           " (set --set model.vocab_size=" + std::to_string(dataset_->manifest().vocab_size) + ")");
-    if (checkpoint) check_corpus_matches(checkpoint->contents(), *dataset_, "ctrl train --resume");
-    batches_ = std::make_unique<Batches>(Batches::from_dataset(dataset_, config_.model.n_ctx, config_.train.seed));
-    if (!dataset_->tokenizer_path().empty()) contents_.tokenizer = read_file(dataset_->tokenizer_path());
-  } else {
-    batches_ = std::make_unique<Batches>(
-        Batches::synthetic(config_.model.vocab_size, config_.model.n_ctx, config_.train.seed));
-  }
-  for (size_t c = 0; c < batches_->n_codes(); ++c)
-    contents_.codes.push_back({batches_->code_name(c), batches_->code_token(c)});
-  contents_.config = config_;
-  if (teacher) {  // the same tokenizer and the same control codes, or the logits do not mean the same tokens
-    const CheckpointContents& tc = teacher->contents();
-    const std::string where = "ctrl train --teacher " + t.teacher + ": ";
-    if (tc.tokenizer != contents_.tokenizer)
-      fail(where + (tc.tokenizer.empty() || contents_.tokenizer.empty()
-                        ? "one of teacher and student was trained without a tokenizer"
-                        : "the teacher's tokenizer differs from the corpus's") +
-           "; student and teacher must share the tokenizer");
-    auto names = [](const std::vector<CodeInfo>& codes) {
-      std::string s;
-      for (const auto& c : codes) s += (s.empty() ? "" : ", ") + c.name + "=" + std::to_string(c.token_id);
-      return s;
-    };
-    if (names(tc.codes) != names(contents_.codes))
-      fail(where + "the teacher's control codes (" + names(tc.codes) + ") differ from the student's (" +
-           names(contents_.codes) + "); student and teacher must share the control codes");
-  }
+  if (writer()) run_dir_ = std::make_unique<RunDir>(options_.run_dir);  // the lock, and what killed runs left
+  const std::unique_ptr<Checkpoint> checkpoint = checkpoint_to_resume();
+  open_data(checkpoint.get());
+  if (teacher) check_teacher_shares_codes(teacher->contents(), contents_, t.teacher);
   if (dataset_) comm_->check_identical("the corpus manifest", dataset_->manifest().sources_json +
                                                                   std::to_string(dataset_->manifest().tokenizer_crc32));
-
-  ops_ = make_ops(t.device, int(t.threads));
-  // The communicators' data plane reads gradients and parameters on the host
-  // (dist/communicator.h); device memory needs a device communicator (NCCL),
-  // which does not exist yet. Every rank fails here alike, before any collective.
-  if (!ops_->host_memory() && (ranks > 1 || options_.zero == 1))
-    fail(std::string("--device ") + t.device + " trains on one rank for now: " +
-         (ranks > 1 ? std::to_string(ranks) + " ranks" : std::string("--zero 1")) +
-         " would hand device memory to the host-memory MPI data plane (an NCCL communicator is not written yet)");
-  model_ = std::make_unique<Model>(config_.model, *ops_, t.micro_batch, activation_dtype(t.precision));
-  if (teacher) {  // forward only: no gradients, one layer's activations at a time, the student's precision
-    teacher_ = std::make_unique<Model>(teacher_model, *ops_, t.micro_batch, activation_dtype(t.precision), false);
-    teacher->load_parameters(*teacher_);
-  }
-  const ParamLayout& layout = model_->layout();
-  if (options_.zero == 1) {
-    // Shards of equal size; the buffers are padded so reduce-scatter and all-gather tile them exactly.
-    const size_t shard = (layout.total + size_t(ranks) - 1) / size_t(ranks);
-    model_->pad_buffers(shard * size_t(ranks));
-    grad_shard_ = DeviceArray<float>(*ops_, shard, "trainer.grad_shard");
-    optimizer_ = std::make_unique<Optimizer>(t, layout, *ops_, shard * size_t(comm_->rank()), shard);
-  } else {
-    optimizer_ = std::make_unique<Optimizer>(t, layout, *ops_);
-  }
-  for (int l = 0; l < int(config_.model.n_layer); ++l) {
-    size_t lo = SIZE_MAX, hi = 0;
-    for (const auto& p : layout.tensors)
-      if (p.layer == l) lo = std::min(lo, p.offset), hi = std::max(hi, p.offset + p.numel);
-    // A layer that owns no tensors (cross-layer sharing stores them under layer 0) has an empty bucket.
-    layer_ranges_.emplace_back(lo < hi ? lo : 0, lo < hi ? hi : 0);
-  }
+  build_engine(teacher.get());
   share_initial_state(checkpoint.get());
   if (writer()) {
     if (!checkpoint)
-      write_file_atomically(run + "/config.json", nlohmann::json::parse(config_to_json(config_)).dump(2) + "\n");
+      write_file_atomically(options_.run_dir + "/config.json",
+                            nlohmann::json::parse(config_to_json(config_)).dump(2) + "\n");
     run_dir_->open_metrics(state_.step);
   }
   const size_t seq = size_t(t.micro_batch * config_.model.n_ctx);
@@ -266,6 +140,84 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   targets_.resize(seq);
   scalars_ = DeviceArray<double>(*ops_, 3, "trainer.scalars");
   grad_factor_ = DeviceArray<float>(*ops_, 1, "trainer.grad_factor");
+}
+
+// Rank 0 picks what --resume continues from: the newest checkpoint that
+// verifies (a damaged newest one falls back to the previous), or none; and
+// refuses a run directory that holds another run without --resume.
+std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
+  const std::string& run = options_.run_dir;
+  const auto existing = writer() ? list_checkpoints(run) : std::vector<std::string>{};
+  // A run stopped before its first checkpoint: --resume starts it again from step 0.
+  const bool restart = options_.resume && writer() && existing.empty() && run_dir_->has_metrics();
+  if (restart)
+    std::fprintf(stderr, "note: %s has no checkpoint yet; --resume starts it again from step 0\n", run.c_str());
+  if (!options_.resume || !writer() || restart) {
+    if (!options_.resume && !existing.empty())
+      fail(run + ": already holds checkpoints; pass --resume to continue it or choose another --out");
+    if (!options_.resume && writer() && run_dir_->has_metrics())
+      fail(run + ": holds metrics.jsonl of an earlier run that stopped before its first checkpoint; pass --resume "
+           "to start it again from step 0 or choose another --out");
+    return nullptr;
+  }
+  std::unique_ptr<Checkpoint> checkpoint;
+  for (auto it = existing.rbegin(); it != existing.rend() && !checkpoint; ++it) {
+    try {
+      checkpoint = std::make_unique<Checkpoint>(*it);
+    } catch (const CheckpointTooNew&) {
+      throw;  // never train over (and then prune) a newer ctrl's run
+    } catch (const Error& e) {
+      std::fprintf(stderr, "warning: skipping %s\n", e.what());
+    }
+  }
+  if (!checkpoint) fail(run + ": --resume given but no readable checkpoint in " + run + "/checkpoints");
+  if (!same_model(checkpoint->config().model, config_.model))
+    fail(checkpoint->contents().config.preset + ": the checkpoint's model config differs from --config; resume "
+         "with the same model settings");
+  return checkpoint;
+}
+
+// The corpus (or synthetic tokens without train.data) and what checkpoints
+// record of it: control codes, tokenizer, config.
+void Trainer::open_data(const Checkpoint* checkpoint) {
+  const ModelConfig& m = config_.model;
+  if (!config_.train.data.empty()) {
+    dataset_ = std::make_shared<Dataset>(Dataset::open(config_.train.data));
+    if (dataset_->manifest().vocab_size > uint32_t(m.vocab_size))
+      fail(config_.train.data + ": corpus vocabulary " + std::to_string(dataset_->manifest().vocab_size) +
+           " is larger than model.vocab_size " + std::to_string(m.vocab_size) +
+           " (set --set model.vocab_size=" + std::to_string(dataset_->manifest().vocab_size) + ")");
+    if (checkpoint) check_corpus_matches(checkpoint->contents(), *dataset_, "ctrl train --resume");
+    batches_ = std::make_unique<Batches>(Batches::from_dataset(dataset_, m.n_ctx, config_.train.seed));
+    if (!dataset_->tokenizer_path().empty()) contents_.tokenizer = read_file(dataset_->tokenizer_path());
+  } else {
+    batches_ = std::make_unique<Batches>(Batches::synthetic(m.vocab_size, m.n_ctx, config_.train.seed));
+  }
+  for (size_t c = 0; c < batches_->n_codes(); ++c)
+    contents_.codes.push_back({batches_->code_name(c), batches_->code_token(c)});
+  contents_.config = config_;
+}
+
+// The backend, the model (and teacher), gradient synchronization and the optimizer over this rank's shard.
+void Trainer::build_engine(const Checkpoint* teacher) {
+  const auto& t = config_.train;
+  ops_ = make_ops(t.device, int(t.threads));
+  // The communicators' data plane reads gradients and parameters on the host
+  // (dist/communicator.h); device memory needs a device communicator (NCCL),
+  // which does not exist yet. Every rank fails here alike, before any collective.
+  const int64_t ranks = comm_->size();
+  if (!ops_->host_memory() && (ranks > 1 || options_.zero == 1))
+    fail(std::string("--device ") + t.device + " trains on one rank for now: " +
+         (ranks > 1 ? std::to_string(ranks) + " ranks" : std::string("--zero 1")) +
+         " would hand device memory to the host-memory MPI data plane (an NCCL communicator is not written yet)");
+  model_ = std::make_unique<Model>(config_.model, *ops_, t.micro_batch, activation_dtype(t.precision));
+  if (teacher) {  // forward only: no gradients, one layer's activations at a time, the student's precision
+    teacher_ = std::make_unique<Model>(plan::teacher_forward_config(teacher->config().model), *ops_, t.micro_batch,
+                                       activation_dtype(t.precision), false);
+    teacher->load_parameters(*teacher_);
+  }
+  sync_ = std::make_unique<GradientSync>(*model_, *ops_, *comm_, options_.zero);
+  optimizer_ = std::make_unique<Optimizer>(t, model_->layout(), *ops_, sync_->shard_begin(), sync_->shard_size());
 }
 
 // Rank 0 initializes or loads the weights, optimizer state and position;
@@ -312,89 +264,30 @@ void Trainer::share_initial_state(const Checkpoint* checkpoint) {
 
 Trainer::~Trainer() = default;
 
+// One optimizer step: this rank's micro-batches, the gradients summed over
+// ranks, one read of the step's scalars, then the update with the combined
+// unscale and clip factor (skipped under fp16 when the gradients overflowed).
 void Trainer::train_step() {
   const auto& t = config_.train;
-  const int64_t T = config_.model.n_ctx;
-  const int64_t ranks = comm_->size();
-  const int64_t per_rank = t.global_batch / ranks, micro_steps = per_rank / t.micro_batch;
   // Every target of a training sequence counts, so the mean over the global batch is Σ / (global_batch · T).
   // Under fp16 the loss is multiplied by the loss scale as well, and the gradients divided by it below.
+  const double tokens = double(t.global_batch * config_.model.n_ctx);
   const bool fp16 = t.precision == "fp16";
   const double loss_scale = fp16 ? state_.scaler.scale : 1.0;
-  const float grad_scale = float(loss_scale / double(t.global_batch * T));
   const auto start = Clock::now();
-  model_->zero_grads();
-  // Backend scalars: [0] Σ cross-entropy over the step's micro-batches, [1] Σ g² of the gradients,
-  // [2] Σ KL(teacher‖student) when distilling.
-  const double zeros[3] = {0, 0, 0};
-  scalars_.upload(zeros, 3);
-  double* loss_sum = scalars_.data();
-  double* sum_squares = scalars_.data() + 1;
-  Distillation distill;
-  if (teacher_) {
-    distill.teacher = teacher_.get();
-    distill.alpha = float(t.distill_alpha);
-    distill.temperature = float(t.distill_temperature);
-    distill.kl_sum = scalars_.data() + 2;
-  }
-  const int64_t first = state_.next_sequence + comm_->rank() * per_rank;
-  for (int64_t m = 0; m < micro_steps; ++m) {
-    const int64_t seq = first + m * t.micro_batch;
-    // On the last micro-batch, each layer's finished gradients start reducing while backward goes on.
-    const bool overlap = ranks > 1 && options_.zero == 0 && m + 1 == micro_steps;
-    if (overlap)
-      model_->set_layer_backward_hook([this](int layer) {
-        const auto [lo, hi] = layer_ranges_[size_t(layer)];
-        if (hi > lo) start_reduce(lo, hi - lo);
-      });
-    batches_->train(seq, t.micro_batch, tokens_.data(), targets_.data());
-    model_->forward_backward(tokens_.data(), targets_.data(), t.micro_batch, T, grad_scale,
-                             random_bits(t.seed, kDropoutStream, 0), uint64_t(seq), loss_sum,
-                             teacher_ ? &distill : nullptr);
-    if (overlap) model_->set_layer_backward_hook(nullptr);
-  }
-  state_.next_sequence += t.global_batch;
-  // ZeRO-1: reduce-scatter gives this rank the summed gradients of its shard;
-  // otherwise the all-reduced gradients are whole on every rank.
-  const DeviceArray<float>& grads = options_.zero == 1 ? grad_shard_ : model_->grads;
-  if (options_.zero == 1) {
-    ops_->synchronize();  // the backward's gradients are written
-    HostAccess lend_grads(*ops_, model_->grads.data()), lend_shard(*ops_, grad_shard_.data());
-    comm_->reduce_scatter_sum(model_->grads.data(), grad_shard_.data(), grad_shard_.size());
-  } else {
-    reduce_gradients();
-  }
-  ops_->sum_squares(grads.data(), grads.size(), sum_squares);
-  if (ranks > 1) {  // the loss, and under ZeRO-1 the shards' squares, summed over ranks
-    ops_->synchronize();
-    HostAccess lend(*ops_, scalars_.data());
-    comm_->all_reduce_sum(scalars_.data(), options_.zero == 1 ? 2 : 1);
-    if (teacher_) comm_->all_reduce_sum(scalars_.data() + 2, 1);
-  }
-  // Unscaling (fp16) and clipping, as one factor that the update applies.
-  ops_->clip_factor(sum_squares, loss_scale, t.clip_norm, grad_factor_.data());
+  accumulate_gradients(float(loss_scale / tokens));
+  const DeviceArray<float>& grads = sync_->summed_gradients();
+  double* scalars = scalars_.data();  // [Σ cross-entropy, Σ KL(teacher‖student), Σ g²]
+  ops_->sum_squares(grads.data(), grads.size(), scalars + 2);
+  sync_->sum_step_scalars(scalars);
+  ops_->clip_factor(scalars + 2, loss_scale, t.clip_norm, grad_factor_.data());
   double host[3];
   scalars_.download(host, 3);  // the step's one read of backend scalars
-  const double loss = host[0] / double(t.global_batch * T), sq = host[1];
-  const double kl = host[2] / double(t.global_batch * T);
-  const double norm = std::sqrt(sq) / loss_scale;
+  const double loss = host[0] / tokens, kl = host[1] / tokens, norm = std::sqrt(host[2]) / loss_scale;
   const double lr = learning_rate(t, state_.step);
-  // fp16: a step whose gradients (or loss) overflowed is skipped and the scale backs off.
-  bool step = true;
-  if (fp16) {
-    LossScaler scaler(loss_scale, t.loss_scale_window);
-    scaler.restore(state_.scaler);
-    step = scaler.update(std::isfinite(sq) && std::isfinite(loss));
-    state_.scaler = scaler.state();
-  }
-  if (step) {
+  if (!fp16 || update_loss_scale(std::isfinite(host[2]) && std::isfinite(loss))) {
     optimizer_->step(model_->params, grads.data(), lr, grad_factor_.data());
-    if (options_.zero == 1) {  // every rank's updated shard to every rank
-      ops_->synchronize();
-      HostAccess lend(*ops_, model_->params.data());
-      comm_->all_gather(model_->params.data() + optimizer_->shard_begin(), model_->params.data(),
-                        grad_shard_.size());
-    }
+    sync_->share_parameters();
   }
   ++state_.step;
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -405,27 +298,41 @@ void Trainer::train_step() {
   log_step(loss, lr, norm, seconds, kl);
 }
 
-// Sums gradients over ranks: the layer buckets already started during
-// backward, then the rest (embedding and output head, final LayerNorm).
-void Trainer::reduce_gradients() {
-  if (comm_->size() == 1) return;
-  const ParamLayout& layout = model_->layout();
-  for (const auto& p : layout.tensors)
-    if (p.layer < 0) start_reduce(p.offset, p.numel);
-  if (!pending_.empty()) comm_->wait(pending_.back());
-  pending_.clear();
-  if (grads_lent_) ops_->end_host_access(model_->grads.data());
-  grads_lent_ = false;
+// This rank's micro-batches of the step: their gradients summed into the
+// model's (scaled by grad_scale), their cross-entropy (and KL) into scalars_.
+void Trainer::accumulate_gradients(float grad_scale) {
+  const auto& t = config_.train;
+  const int64_t per_rank = t.global_batch / comm_->size(), micro_steps = per_rank / t.micro_batch;
+  model_->zero_grads();
+  const double zeros[3] = {0, 0, 0};
+  scalars_.upload(zeros, 3);
+  Distillation distill;
+  if (teacher_) {
+    distill.teacher = teacher_.get();
+    distill.alpha = float(t.distill_alpha);
+    distill.temperature = float(t.distill_temperature);
+    distill.kl_sum = scalars_.data() + 1;
+  }
+  const int64_t first = state_.next_sequence + comm_->rank() * per_rank;
+  for (int64_t m = 0; m < micro_steps; ++m) {
+    const int64_t seq = first + m * t.micro_batch;
+    sync_->begin_micro_batch(m + 1 == micro_steps);
+    batches_->train(seq, t.micro_batch, tokens_.data(), targets_.data());
+    model_->forward_backward(tokens_.data(), targets_.data(), t.micro_batch, config_.model.n_ctx, grad_scale,
+                             random_bits(t.seed, kDropoutStream, 0), uint64_t(seq), scalars_.data(),
+                             teacher_ ? &distill : nullptr);
+    sync_->end_micro_batch();
+  }
+  state_.next_sequence += t.global_batch;
 }
 
-// Hands gradient elements [offset, offset + n) to the communicator once the
-// fence says the backward that wrote them has finished (dist/communicator.h);
-// the gradients stay lent to it until reduce_gradients waits for them all.
-void Trainer::start_reduce(size_t offset, size_t n) {
-  ops_->synchronize();
-  if (!grads_lent_) ops_->begin_host_access(model_->grads.data());
-  grads_lent_ = true;
-  pending_.push_back(comm_->all_reduce_sum_start(model_->grads.data() + offset, n));
+// fp16's dynamic loss scale after a step whose gradients were (not) finite; whether the step applies.
+bool Trainer::update_loss_scale(bool finite) {
+  LossScaler scaler(state_.scaler.scale, config_.train.loss_scale_window);
+  scaler.restore(state_.scaler);
+  const bool apply = scaler.update(finite);
+  state_.scaler = scaler.state();
+  return apply;
 }
 
 void Trainer::log_step(double loss, double lr, double norm, double seconds, double kl) {
@@ -522,10 +429,9 @@ void Trainer::run() {
                  forward_flops_per_token(teacher_->config()) / 1e6, t.distill_alpha, t.distill_temperature);
   const std::string note = ops_->precision_note(activation_dtype(t.precision));
   if (!options_.quiet && writer() && !note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
-  const auto [fault, fault_step] = test_fault();
   StopSignals signals;
   while (state_.step < t.steps) {
-    if (fault && comm_->rank() == 1 && state_.step + 1 == fault_step) std::raise(fault);
+    if (options_.before_step) options_.before_step(state_.step + 1, comm_->rank());
     train_step();
     if (t.eval_every > 0 && state_.step % t.eval_every == 0) evaluate();
     if (t.checkpoint_every > 0 && state_.step % t.checkpoint_every == 0) save();
