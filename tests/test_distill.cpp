@@ -1,7 +1,8 @@
 // Distillation (Ops::lm_head_distill, ctrl train --teacher): the fused loss
 // against finite differences and a double-precision reference, α = 0 as
 // plain training bit for bit, zero KL for a student distilled from itself,
-// bit-exact resume with a teacher, any student shape, and the refusals.
+// bit-exact resume with a teacher, mixed precision, any student shape, and
+// the refusals.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -254,6 +255,53 @@ TEST(Distill, ResumeWithATeacherIsBitExact) {
   ASSERT_EQ(rest.step_losses().size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest.step_losses()[i], full.step_losses()[3 + i]) << i;
   EXPECT_EQ(params(rest), params(full));
+}
+
+// Mixed precision with a teacher: the teacher runs in the student's
+// precision (its bf16 copy of the weights, or fp16 under the loss scale), and
+// the objective's two parts track the fp32 run's; fp16's scaler never skips
+// a step here. Training never writes the teacher's checkpoint, resumed or not.
+TEST(Distill, MixedPrecisionTracksFp32AndTheTeacherIsNeverWritten) {
+  const std::string teacher = train_teacher("teacher_mixed", 6);
+  const std::string teacher_bytes = read_file(teacher);
+  Config c = tiny_config(8);
+  c.model.n_layer = 1;
+  c.train.teacher = teacher;
+  c.train.distill_alpha = 0.6;
+  std::string fp16_dir;
+  auto run = [&](const std::string& precision, const std::string& dir) {
+    Config p = c;
+    p.train.precision = precision;
+    TrainerOptions o{fresh_dir(dir), false, true};
+    if (precision == "fp16") fp16_dir = o.run_dir;
+    Trainer t(p, o);
+    t.run();
+    return std::make_pair(t.step_losses(), logged_kl(o.run_dir));
+  };
+  const auto [loss32, kl32] = run("fp32", "mixed_fp32");
+  ASSERT_EQ(kl32.size(), 8u);
+  for (const std::string precision : {"bf16", "fp16"}) {
+    const auto [loss, kl] = run(precision, "mixed_" + precision);
+    ASSERT_EQ(loss.size(), loss32.size());
+    const double tolerance = precision == "bf16" ? 0.02 : 0.002;  // relative: bf16 keeps 8 bits, fp16 11
+    for (size_t i = 0; i < loss.size(); ++i) {
+      EXPECT_NEAR(loss[i], loss32[i], tolerance * loss32[i]) << precision << " step " << i + 1;
+      EXPECT_NEAR(kl[i], kl32[i], tolerance * loss32[i]) << precision << " step " << i + 1;
+    }
+    EXPECT_GT(kl.back(), 0.0);
+  }
+  std::ifstream metrics(fp16_dir + "/metrics.jsonl");
+  std::string line, last;
+  while (std::getline(metrics, line)) last = line;
+  EXPECT_EQ(nlohmann::json::parse(last).at("skipped_steps").get<int64_t>(), 0);
+  // Resume with the teacher, then the teacher's file is byte for byte what it was.
+  TrainerOptions parts{fresh_dir("mixed_resume"), false, true};
+  Config first = c;
+  first.train.steps = 4;
+  Trainer(first, parts).run();
+  parts.resume = true;
+  Trainer(c, parts).run();
+  EXPECT_EQ(read_file(teacher), teacher_bytes);
 }
 
 TEST(Distill, AnyStudentShapeLearnsTheTeachersDistribution) {

@@ -51,6 +51,7 @@ int run(const std::vector<std::string>& argv) {
   Batches batches = Batches::synthetic(m.vocab_size, T, 1);
   std::vector<int32_t> tokens(size_t(B * T)), targets(size_t(B * T));
   double seconds = 0, loss = 0;
+  int64_t thread_changes = 0;
   for (int64_t s = 0; s < warmup + steps; ++s) {
     batches.train(s * B, B, tokens.data(), targets.data());
     const auto start = std::chrono::steady_clock::now();
@@ -59,6 +60,11 @@ int run(const std::vector<std::string>& argv) {
     optimizer.clip(model.grads, config.train.clip_norm);
     optimizer.step(model.params, model.grads, config.train.lr);
     ops->synchronize();  // a GPU backend's step has finished, not just been queued
+    const std::string adapted = ops->between_steps();  // as the trainer does, inside the timing
+    if (!adapted.empty()) {
+      ++thread_changes;
+      std::fprintf(stderr, "note: after step %lld: %s\n", static_cast<long long>(s + 1), adapted.c_str());
+    }
     if (s >= warmup) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   // Training's peak, read before the GEMM peak measurement below allocates its own matrices.
@@ -89,6 +95,7 @@ int run(const std::vector<std::string>& argv) {
   j["final_loss"] = loss;
   j["cpu"] = cpu_model();
   j["threads"] = ops->threads();
+  j["thread_changes"] = thread_changes;  // the CPU backend's adaptation to a shared machine
   j["openmp_wait"] = openmp_wait_setting();
   j["precision"] = config.train.precision;
   const std::string note = ops->precision_note(activation_dtype(config.train.precision));

@@ -356,6 +356,7 @@ void Trainer::log_step(double loss, double lr, double norm, double seconds, doub
   j["it_per_s"] = its;
   j["elapsed_s"] = state_.elapsed_seconds;
   j["rss_bytes"] = current_rss_bytes();
+  j["threads"] = ops_->threads();
   if (t.precision == "fp16") {
     j["loss_scale"] = state_.scaler.scale;
     j["skipped_steps"] = state_.scaler.skipped_steps;
@@ -413,26 +414,44 @@ void Trainer::save() {
   }
 }
 
-void Trainer::run() {
+// The run's opening lines on stderr: what trains, at what cost, and what
+// the user should know about its precision on this backend.
+void Trainer::print_start() {
   const auto& t = config_.train;
-  if (!options_.quiet && writer())
-    std::fprintf(stderr,
-                 "training %s: %.2fM parameters, %.1f MFLOP/token (model; %.1f with recomputation), %lld steps of "
-                 "%lld sequences x %lld tokens, %d threads (%s)\n",
-                 config_.preset.c_str(), double(model_->layout().count()) / 1e6,
-                 train_flops_per_token(config_.model) / 1e6, train_hardware_flops_per_token(config_.model) / 1e6,
-                 static_cast<long long>(t.steps), static_cast<long long>(t.global_batch),
-                 static_cast<long long>(config_.model.n_ctx), ops_->threads(), openmp_wait_setting().c_str());
-  if (teacher_ && !options_.quiet && writer())
+  std::fprintf(stderr,
+               "training %s: %.2fM parameters, %.1f MFLOP/token (model; %.1f with recomputation), %lld steps of "
+               "%lld sequences x %lld tokens, %d threads (%s)\n",
+               config_.preset.c_str(), double(model_->layout().count()) / 1e6,
+               train_flops_per_token(config_.model) / 1e6, train_hardware_flops_per_token(config_.model) / 1e6,
+               static_cast<long long>(t.steps), static_cast<long long>(t.global_batch),
+               static_cast<long long>(config_.model.n_ctx), ops_->threads(), openmp_wait_setting().c_str());
+  if (teacher_)
     std::fprintf(stderr, "distilling from %s: %.2fM parameters, %.1f MFLOP/token forward, alpha %g, temperature %g\n",
                  t.teacher.c_str(), double(teacher_->layout().count()) / 1e6,
                  forward_flops_per_token(teacher_->config()) / 1e6, t.distill_alpha, t.distill_temperature);
   const std::string note = ops_->precision_note(activation_dtype(t.precision));
-  if (!options_.quiet && writer() && !note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+  if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+  if (!note.empty() && t.precision == "bf16") {  // what emulation costs, measured
+    const double bf16 = ops_->measure_peak_gflops(true, 0.2), fp32 = ops_->measure_peak_gflops(false, 0.2);
+    if (fp32 > 1.15 * bf16)  // oneDNN's emulation is cheap on some CPUs: then bf16 costs little
+      std::fprintf(stderr,
+                   "warning: bf16 products run at %.1f GFLOP/s on this CPU and fp32 at %.1f: this run would train "
+                   "about %.1fx faster with --set train.precision=fp32\n",
+                   bf16, fp32, fp32 / bf16);
+  }
+}
+
+void Trainer::run() {
+  const auto& t = config_.train;
+  if (!options_.quiet && writer()) print_start();
   StopSignals signals;
   while (state_.step < t.steps) {
     if (options_.before_step) options_.before_step(state_.step + 1, comm_->rank());
     train_step();
+    const std::string adapted = ops_->between_steps();
+    if (!adapted.empty() && !options_.quiet)
+      std::fprintf(stderr, "note: rank %d after step %lld: %s\n", comm_->rank(), static_cast<long long>(state_.step),
+                   adapted.c_str());
     if (t.eval_every > 0 && state_.step % t.eval_every == 0) evaluate();
     if (t.checkpoint_every > 0 && state_.step % t.checkpoint_every == 0) save();
     const StopRequest stop =

@@ -56,6 +56,7 @@ class Trainer {
   void build_engine(const Checkpoint* teacher);
   void share_initial_state(const Checkpoint* checkpoint);
 
+  void print_start();
   void train_step();
   void accumulate_gradients(float grad_scale);
   bool update_loss_scale(bool finite);

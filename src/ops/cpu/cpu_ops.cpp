@@ -17,8 +17,15 @@ namespace ctrl {
 namespace cpu {
 
 CpuOps::CpuOps(int threads) {
-  if (threads > 0) omp_set_num_threads(threads);
+  if (threads > 0)
+    omp_set_num_threads(threads);
+  else if (!std::getenv("OMP_NUM_THREADS"))
+    adapter_ = std::make_unique<ThreadAdapter>(omp_get_max_threads());
 }
+
+CpuOps::~CpuOps() = default;
+
+std::string CpuOps::between_steps() { return adapter_ ? adapter_->between_steps() : ""; }
 
 int CpuOps::threads() const { return omp_get_max_threads(); }
 

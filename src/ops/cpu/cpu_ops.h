@@ -2,8 +2,10 @@
 // Every op is deterministic for a fixed thread count: reductions split rows
 // statically and combine per-thread partials in thread order.
 #pragma once
+#include <memory>
 #include <vector>
 
+#include "ops/cpu/thread_adapter.h"
 #include "ops/ops.h"
 #include "ops/positions.h"
 
@@ -12,10 +14,14 @@ namespace ctrl::cpu {
 class CpuOps final : public Ops {
  public:
   // threads > 0 sets the OpenMP thread count (process-wide, as OpenMP has one).
+  // Without it, and without OMP_NUM_THREADS, the count adapts to a shared
+  // machine between steps (thread_adapter.h).
   explicit CpuOps(int threads = 0);
+  ~CpuOps() override;
   const char* name() const override { return "cpu"; }
   int threads() const override;
   double measure_peak_gflops(bool bf16, double seconds) override;
+  std::string between_steps() override;
   // Memory is host memory (aligned_alloc); upload and download are memcpy.
   void* allocate(size_t bytes, const char* name) override;
   void release(void* p) override;
@@ -64,6 +70,7 @@ class CpuOps final : public Ops {
                       float lr, const float* grad_factor) override;
 
  private:
+  std::unique_ptr<ThreadAdapter> adapter_;  // null when the thread count is pinned
   std::vector<float> positions_;  // cached sinusoidal table [T, D]
   int64_t positions_T_ = 0, positions_D_ = 0;
   std::vector<float> attention_scratch_;  // per thread: T x T, and q, k, v, out head slices in fp32

@@ -1,0 +1,47 @@
+// The CPU backend's answer to a shared machine. When another process keeps a
+// core busy, every OpenMP barrier waits for the thread whose core was taken,
+// and fewer threads train faster (bench/results/shared-machine-*.md: 0.51x
+// of quiet throughput with 2 threads beside one busy process, 0.63x with 1).
+// Every `interval` seconds, between optimizer steps, the adapter times a
+// short burst of matrix products (best of 3 runs of about 15 ms) at each candidate thread count
+// (all usable CPUs, one fewer, half) and moves to a count only when its burst
+// ran at least `margin` times faster than the current count's. On a quiet
+// machine the full count always wins by far, so the count never changes and
+// a run stays bit-reproducible; under contention it changes, and with it the
+// rounding of the products (results depend on the thread count), so pin the
+// count (--threads, OMP_NUM_THREADS) for bit-exact runs on a busy machine.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ctrl::cpu {
+
+class ThreadAdapter {
+ public:
+  // max_threads: the count to start with and return to; interval and margin
+  // as above. `burst` (tests) replaces the timed products: seconds at a count.
+  explicit ThreadAdapter(int max_threads, double interval_seconds = 20.0, double margin = 1.25,
+                         std::function<double(int threads)> burst = nullptr);
+  // Between optimizer steps: probes when the interval has passed (the first
+  // call only starts the clock) and sets the OpenMP thread count. Returns a
+  // one-line note when the count changed, else "".
+  std::string between_steps();
+  const std::vector<int>& candidates() const { return candidates_; }
+  int current() const { return current_; }
+
+ private:
+  // Seconds for the burst of products at `threads` threads (the best of three runs).
+  double burst_seconds(int threads);
+  std::function<double(int)> burst_;
+  std::vector<int> candidates_;
+  int max_threads_, current_;
+  double interval_, margin_;
+  bool started_ = false;
+  std::chrono::steady_clock::time_point last_probe_;
+  std::vector<float> a_, b_, c_;
+};
+
+}  // namespace ctrl::cpu
