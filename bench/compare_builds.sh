@@ -62,7 +62,8 @@ for round in $(seq 1 "$ROUNDS"); do
       bin=$before_bin
       [ "$which" = after ] && bin=$after_bin
       line=$("$bin" bench --config "$PRESET" --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
-        --set train.precision="$precision" "${sets[@]}" --json 2> /dev/null)
+        --set train.precision="$precision" "${sets[@]}" --json 2> /dev/null |
+        python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)))')
       echo "{\"build\": \"$which\", \"round\": $round, \"result\": $line}" >> "$raw"
       printf 'round %d/%d  %-5s %-6s %8.1f tokens/s\n' "$round" "$ROUNDS" "$precision" "$which" \
         "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["tokens_per_s"])' "$line")" >&2

@@ -5,17 +5,20 @@
 # busy and the settings within a round, so that drift hits all alike.
 #
 # Settings (POLICIES, space-separated):
-#   default      ctrl as it runs when the user sets nothing
+#   default      ctrl as it runs when the user sets nothing (its thread count adapts
+#                to the machine, ops/cpu/thread_adapter.h; no --threads)
 #   spin:N       GOMP_SPINCOUNT=N (a worker spins N iterations at a barrier, then sleeps)
 #   passive      OMP_WAIT_POLICY=passive (workers sleep at once)
 #   active       OMP_WAIT_POLICY=active (libgomp spins for a long time)
-#   threads:N    --threads N with the default wait
+#   threads:N    --threads N with the default wait (a pinned count: no adaptation)
 #
 # Prints a table: tokens/s quiet, tokens/s busy (median of ROUNDS), busy/quiet,
 # and quiet against the first setting's quiet, with a bar per row.
 #
 # Knobs (environment): PRESET=tiny BATCH=8 STEPS=12 WARMUP=2 ROUNDS=3 THREADS=$(nproc)
 # POLICIES="default spin:20000 passive active threads:1" CTRL=build/ctrl
+# (the adaptation probes every 20 s: give busy runs a WARMUP longer than that,
+# e.g. WARMUP=30 STEPS=40 for tiny at batch 8, to time its steady state)
 # PY=.venv/bin/python (PyTorch peer, eager fp32; PEER=0 skips it) RESULTS=<folder>
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,17 +50,18 @@ tokens_per_s() { python3 -c 'import json, sys; print(json.load(sys.stdin)["token
 # Runs one setting; prints tokens/s.
 run_one() {
   local who=${1%% *} policy=${1#* } threads=$THREADS
+  local -a pin=(--threads "$THREADS")
   local -a env=(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT)
   case $policy in
     spin:*) env+=("GOMP_SPINCOUNT=${policy#spin:}") ;;
     passive) env+=(OMP_WAIT_POLICY=passive) ;;
     active) env+=(OMP_WAIT_POLICY=active) ;;
-    threads:*) threads=${policy#threads:} ;;
-    default) ;;
+    threads:*) threads=${policy#threads:} pin=(--threads "${policy#threads:}") ;;
+    default) pin=() ;;
     *) echo "shared_machine: unknown setting '$policy'" >&2; exit 2 ;;
   esac
   if [ "$who" = ctrl ]; then
-    "${env[@]}" "$CTRL" bench --config "$PRESET" --steps "$STEPS" --warmup "$WARMUP" --threads "$threads" \
+    "${env[@]}" "$CTRL" bench --config "$PRESET" --steps "$STEPS" --warmup "$WARMUP" "${pin[@]}" \
       --set train.micro_batch="$BATCH" --json 2>>"$out/stderr.log" | tokens_per_s
   else
     "${env[@]}" "$PY" bench/pytorch_train.py --preset "$PRESET" --batch "$BATCH" --steps "$STEPS" \
