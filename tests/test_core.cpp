@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "core/parse.h"
@@ -39,6 +41,33 @@ TEST(Sysinfo, CgroupQuotaRoundsUpToWholeCpus) {
   EXPECT_EQ(ctrl::cpus_from_cgroup_quota("-1 100000"), 0);      // v1 unlimited
   for (const char* bad : {"", "200000", "200000 0", "abc 100000"}) EXPECT_EQ(ctrl::cpus_from_cgroup_quota(bad), 0) << bad;
   EXPECT_GE(ctrl::usable_cpus(), 1);
+}
+
+// A fake cgroup tree: the process's own group and its ancestors are read, v2 and v1 alike.
+TEST(Sysinfo, CgroupLimitIsTheTightestQuotaOnThePathToTheRoot) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("ctrl_cgroup_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  auto put = [&](const std::string& file, const std::string& text) {
+    fs::create_directories((root / file).parent_path());
+    std::ofstream(root / file) << text << "\n";
+  };
+  put("user.slice/cpu.max", "400000 100000");           // 4 CPUs for the slice
+  put("user.slice/job.scope/cpu.max", "max 100000");   // the job itself unlimited
+  put("cpu.max", "max 100000");
+  const std::string r = root.string();
+  EXPECT_EQ(ctrl::cgroup_cpu_limit(r, "0::/user.slice/job.scope\n"), 4);  // the parent bounds the child
+  put("user.slice/job.scope/cpu.max", "150000 100000");
+  EXPECT_EQ(ctrl::cgroup_cpu_limit(r, "0::/user.slice/job.scope\n"), 2);
+  EXPECT_EQ(ctrl::cgroup_cpu_limit(r, "0::/\n"), 0);  // a container's own namespace: its root, unlimited here
+  EXPECT_EQ(ctrl::cgroup_cpu_limit(r, "0::/elsewhere\n"), 0);
+  // v1: the cpu controller's hierarchy, mounted as cpu,cpuacct.
+  put("cpu,cpuacct/batch/cpu.cfs_quota_us", "300000");
+  put("cpu,cpuacct/batch/cpu.cfs_period_us", "100000");
+  EXPECT_EQ(ctrl::cgroup_cpu_limit(r, "4:memory:/batch\n3:cpu,cpuacct:/batch\n"), 3);
+  EXPECT_EQ(ctrl::cgroup_cpu_limit(r, "4:memory:/batch\n"), 0);  // no cpu controller line
+  EXPECT_EQ(ctrl::cgroup_cpu_limit(r, "garbage\n\n"), 0);
+  fs::remove_all(root);
 }
 
 // `ctrl --version` says how many threads and which OpenMP wait a run gets.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -56,20 +57,58 @@ std::string read_first_line(const std::string& path) {
   return line;
 }
 
-// The cgroup quota of this process, v2 or v1 (0: none).
-int cgroup_cpu_limit() {
-  const std::string v2 = read_first_line("/sys/fs/cgroup/cpu.max");
+// The smaller of two limits where 0 means none.
+int tighter(int a, int b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); }
+
+// The quota of one cgroup directory, v2 or v1 (0: none or unreadable).
+int quota_in(const std::string& dir) {
+  const std::string v2 = read_first_line(dir + "/cpu.max");
   if (!v2.empty()) return cpus_from_cgroup_quota(v2);
-  const std::string quota = read_first_line("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
-  const std::string period = read_first_line("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+  const std::string quota = read_first_line(dir + "/cpu.cfs_quota_us");
+  const std::string period = read_first_line(dir + "/cpu.cfs_period_us");
   return quota.empty() || period.empty() ? 0 : cpus_from_cgroup_quota(quota + " " + period);
 }
+
+// The tightest quota from `mount`/`path` up to `mount` itself.
+int quota_up_from(const std::string& mount, std::string path) {
+  int limit = 0;
+  while (true) {
+    limit = tighter(limit, quota_in(mount + path));
+    if (path.empty() || path == "/") return limit;
+    path = path.substr(0, path.find_last_of('/'));
+  }
+}
 }  // namespace
+
+int cgroup_cpu_limit(const std::string& root, const std::string& proc_self_cgroup) {
+  std::istringstream lines(proc_self_cgroup);
+  std::string line;
+  int limit = 0;
+  while (std::getline(lines, line)) {  // "hierarchy:controllers:/path"
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (line.compare(0, a, "0") == 0 && controllers.empty()) {
+      limit = tighter(limit, quota_up_from(root, path));
+    } else {
+      std::istringstream names(controllers);
+      std::string name;
+      while (std::getline(names, name, ','))
+        if (name == "cpu") {  // v1: mounted as cpu or cpu,cpuacct
+          for (const char* mount : {"/cpu", "/cpu,cpuacct"}) limit = tighter(limit, quota_up_from(root + mount, path));
+        }
+    }
+  }
+  return limit;
+}
 
 std::string openmp_wait_setting() {
   std::string s;
   for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"})
-    if (const char* v = std::getenv(name)) s += (s.empty() ? "" : " ") + std::string(name) + "=" + v;
+    if (const char* v = std::getenv(name)) {
+      if (!s.empty()) s += ' ';
+      s.append(name).append("=").append(v);
+    }
   return s.empty() ? "libgomp default" : s;
 }
 
@@ -78,7 +117,9 @@ int usable_cpus() {
   CPU_ZERO(&set);
   int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
   if (n <= 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
-  const int quota = cgroup_cpu_limit();
+  std::ifstream f("/proc/self/cgroup");
+  const std::string cgroups((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const int quota = cgroup_cpu_limit("/sys/fs/cgroup", cgroups.empty() ? "0::/\n" : cgroups);
   return quota > 0 ? std::min(n, quota) : n;
 }
 

@@ -21,5 +21,12 @@ std::string openmp_wait_setting();
 // The CPUs a cgroup quota allows, from cgroup v2's cpu.max ("200000 100000":
 // 2; "max 100000": no limit) or v1's quota and period; 0 when unlimited or unreadable.
 int cpus_from_cgroup_quota(const std::string& cpu_max);
+// The CPU limit of the cgroup that /proc/self/cgroup's text names, under the
+// cgroup file system at `root` (/sys/fs/cgroup): the smallest quota of that
+// group and its ancestors (a parent's quota bounds its children), v2 (the
+// "0::/path" line, cpu.max) or v1 (the cpu controller's line,
+// cpu.cfs_quota_us and cpu.cfs_period_us); 0 when none. A container with
+// its own cgroup namespace sees "0::/", which is the root's cpu.max.
+int cgroup_cpu_limit(const std::string& root, const std::string& proc_self_cgroup);
 
 }  // namespace ctrl
