@@ -86,7 +86,7 @@ class Ops {
   // Measured peak of this backend's matrix products (GFLOP/s) in fp32 or bf16,
   // running for about `seconds` (ctrl bench, ctrl plan --hardware cpu).
   virtual double measure_peak_gflops(bool bf16, double seconds) = 0;
-  // Called by the trainer and ctrl bench between optimizer steps: a backend
+  // Called between optimizer steps (trainer, ctrl bench) and generated tokens: a backend
   // may adapt itself there (the CPU backend its thread count to a shared
   // machine, ops/cpu/thread_adapter.h). Returns a note for the user, or "".
   virtual std::string between_steps() { return ""; }

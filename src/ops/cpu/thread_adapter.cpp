@@ -14,6 +14,7 @@ namespace {
 // The burst: products of a small model's shape ([256, 384] · [384, 384]), a
 // few parallel regions long, so barrier waits weigh as they do in training.
 constexpr int64_t kRows = 256, kWidth = 384, kProducts = 2;
+constexpr double kFirstProbeSeconds = 2.0;
 }  // namespace
 
 ThreadAdapter::ThreadAdapter(int max_threads, double interval_seconds, double margin,
@@ -48,7 +49,9 @@ double ThreadAdapter::burst_seconds(int threads) {
 std::string ThreadAdapter::between_steps() {
   const auto now = std::chrono::steady_clock::now();
   if (candidates_.size() < 2) return "";
-  if (!started_ || std::chrono::duration<double>(now - last_probe_).count() < interval_) {
+  // The first probe comes early (a short `ctrl generate` lasts seconds), then one per interval.
+  const double wait = probed_ ? interval_ : std::min(interval_, kFirstProbeSeconds);
+  if (!started_ || std::chrono::duration<double>(now - last_probe_).count() < wait) {
     if (!started_) started_ = true, last_probe_ = now;
     return "";
   }
@@ -59,6 +62,7 @@ std::string ThreadAdapter::between_steps() {
   const int before = current_;
   if (fastest != at && seconds[at] >= margin_ * seconds[fastest]) current_ = candidates_[fastest];
   omp_set_num_threads(current_);
+  probed_ = true;
   last_probe_ = std::chrono::steady_clock::now();
   if (current_ == before) return "";
   char line[200];

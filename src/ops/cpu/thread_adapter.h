@@ -1,9 +1,9 @@
 // The CPU backend's answer to a shared machine. When another process keeps a
 // core busy, every OpenMP barrier waits for the thread whose core was taken,
-// and fewer threads train faster (bench/results/shared-machine-*.md: 0.51x
-// of quiet throughput with 2 threads beside one busy process, 0.63x with 1).
-// Every `interval` seconds, between optimizer steps, the adapter times a
-// short burst of matrix products (best of 3 runs of about 15 ms) at each candidate thread count
+// and fewer threads can run faster (bench/results/shared-machine-*.md).
+// Between steps (optimizer steps, generated tokens), 2 s after the first call
+// and then every `interval` seconds, the adapter times a short burst of
+// matrix products (best of 3 runs of a few ms) at each candidate thread count
 // (all usable CPUs, one fewer, half) and moves to a count only when its burst
 // ran at least `margin` times faster than the current count's. On a quiet
 // machine the full count always wins by far, so the count never changes and
@@ -39,7 +39,7 @@ class ThreadAdapter {
   std::vector<int> candidates_;
   int max_threads_, current_;
   double interval_, margin_;
-  bool started_ = false;
+  bool started_ = false, probed_ = false;
   std::chrono::steady_clock::time_point last_probe_;
   std::vector<float> a_, b_, c_;
 };
