@@ -3,6 +3,8 @@
 # process (a shell loop, as another user's job would be), for ctrl under each
 # OpenMP wait setting and for PyTorch, in one run. Rounds alternate quiet and
 # busy and the settings within a round, so that drift hits all alike.
+# WORK=generate times `ctrl generate` instead (one-row decoding: tokens per
+# second of wall time, start-up and model loading included; no peer).
 #
 # Settings (POLICIES, space-separated):
 #   default      ctrl as it runs when the user sets nothing (its thread count adapts
@@ -20,6 +22,8 @@
 # (the adaptation probes every 20 s: give busy runs a WARMUP longer than that,
 # e.g. WARMUP=30 STEPS=40 for tiny at batch 8, to time its steady state)
 # PY=.venv/bin/python (PyTorch peer, eager fp32; PEER=0 skips it) RESULTS=<folder>
+# WORK=train | generate; for generate: MODEL=<checkpoint> (default: the main
+# job's latest, runs/tiny), CODE (default: the model's first code), TOKENS=127
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +37,20 @@ POLICIES=${POLICIES:-default spin:20000 passive active threads:1}
 CTRL=${CTRL:-build/ctrl}
 PY=${PY:-.venv/bin/python}
 PEER=${PEER:-1}
+WORK=${WORK:-train}
+TOKENS=${TOKENS:-127}
 [ -x "$CTRL" ] || { echo "shared_machine: no $CTRL (build first)" >&2; exit 2; }
+case $WORK in
+  train) ;;
+  generate)
+    PEER=0
+    MODEL=${MODEL:-$(ls runs/tiny/checkpoints/step-*.ckpt 2>/dev/null | sort -V | tail -n 1)}
+    [ -f "$MODEL" ] || { echo "shared_machine: WORK=generate needs MODEL=<checkpoint> (or run scripts/main.sh)" >&2; exit 2; }
+    # An unknown code makes ctrl list the model's codes: take the first.
+    CODE=${CODE:-$("$CTRL" generate --model "$MODEL" --control '?' 2>&1 | sed -n 's/.*this model knows: \([^ ,)]*\).*/\1/p' | head -n 1 || true)}
+    [ -n "$CODE" ] || { echo "shared_machine: could not read $MODEL's control codes; set CODE" >&2; exit 2; } ;;
+  *) echo "shared_machine: WORK=$WORK: expected train or generate" >&2; exit 2 ;;
+esac
 if [ "$PEER" = 1 ] && [ ! -x "$PY" ]; then
   echo "shared_machine: no $PY (bash tools/setup_python.sh), PyTorch skipped" >&2
   PEER=0
@@ -60,7 +77,18 @@ run_one() {
     default) pin=() ;;
     *) echo "shared_machine: unknown setting '$policy'" >&2; exit 2 ;;
   esac
-  if [ "$who" = ctrl ]; then
+  if [ "$WORK" = generate ]; then
+    # ctrl generate has no --threads: a pinned count is OMP_NUM_THREADS.
+    [ ${#pin[@]} -gt 0 ] && env+=("OMP_NUM_THREADS=${pin[1]}")
+    local start end tokens
+    start=$(date +%s.%N)
+    "${env[@]}" "$CTRL" generate --model "$MODEL" --control "$CODE" --max-tokens "$TOKENS" --temperature 0.8 \
+      --top-k 40 --seed 1 --ids 2>"$out/generate.err" >/dev/null
+    end=$(date +%s.%N)
+    tokens=$(sed -n 's/^(\([0-9]*\) tokens generated.*/\1/p' "$out/generate.err")
+    [ -n "$tokens" ] || { cat "$out/generate.err" >&2; exit 1; }
+    python3 -c "print($tokens / ($end - $start))"
+  elif [ "$who" = ctrl ]; then
     "${env[@]}" "$CTRL" bench --config "$PRESET" --steps "$STEPS" --warmup "$WARMUP" "${pin[@]}" \
       --set train.micro_batch="$BATCH" --json 2>>"$out/stderr.log" | tokens_per_s
   else
@@ -73,7 +101,9 @@ busy_pid=
 stop_busy() { [ -n "$busy_pid" ] && kill "$busy_pid" 2>/dev/null; wait "$busy_pid" 2>/dev/null || true; busy_pid=; }
 trap stop_busy EXIT
 
-echo "shared_machine: $PRESET, batch $BATCH, $THREADS threads, $ROUNDS rounds on $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+what="$PRESET, batch $BATCH"
+[ "$WORK" = generate ] && what="ctrl generate of $TOKENS tokens from $MODEL under $CODE"
+echo "shared_machine: $what, $THREADS threads, $ROUNDS rounds on $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for r in $(seq 1 "$ROUNDS"); do
   for mode in quiet busy; do
     [ "$mode" = busy ] && { bash -c 'while :; do :; done' & busy_pid=$!; }

@@ -2,6 +2,7 @@
 // trips) and generation (the KV-cache path equals the full forward pass;
 // CTRL's penalty as Hugging Face applies it).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -117,6 +118,35 @@ TEST(Generator, DecodeOnlyModelGivesTheSameBits) {
   EXPECT_THROW(b.feed(30), Error);  // outside the vocabulary
   b.reset();                        // a new sequence overwrites the cache from position 0
   EXPECT_EQ(b.feed(4), first);
+}
+
+// The CPU backend changes its thread count between tokens (thread_adapter.h)
+// when fewer threads decode faster; that must not change what is generated.
+TEST(Generator, DecodingGivesTheSameBitsAtAnyThreadCount) {
+  const int saved = omp_get_max_threads();
+  for (int64_t d : {256, 512}) {
+    ModelConfig c;
+    c.vocab_size = 8000, c.n_layer = 2, c.d_model = d, c.n_head = 4, c.d_ff = 4 * d, c.n_ctx = 16, c.seed = 3;
+    auto ops = test_support::make_test_ops();
+    Model model(c, *ops, 1, DType::F32, false, 1);
+    model.init_weights();
+    Generator gen(model);
+    std::vector<std::vector<float>> at_one;
+    omp_set_num_threads(1);
+    for (int32_t token : {7, 7999, 0, 42, 7, 1234, 9}) at_one.push_back(gen.feed(token));
+    for (int threads : {2, 3}) {
+      omp_set_num_threads(threads);
+      gen.reset();
+      size_t i = 0;
+      for (int32_t token : {7, 7999, 0, 42, 7, 1234, 9}) {
+        const std::vector<float>& x = gen.feed(token);
+        ASSERT_EQ(std::memcmp(x.data(), at_one[i].data(), x.size() * sizeof(float)), 0)
+            << "d_model " << d << ", " << threads << " threads, position " << i;
+        ++i;
+      }
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST(Generator, PenaltyDividesPositiveAndMultipliesNegativeLogitsOfSeenTokens) {

@@ -5,6 +5,8 @@
 #include <omp.h>
 
 #include <map>
+#include <string>
+#include <vector>
 
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/thread_adapter.h"
@@ -59,6 +61,55 @@ TEST(ThreadAdapter, WaitsForTheInterval) {
   ThreadAdapter a(2, 3600.0, 1.25, [&](int) { return ++bursts, 1.0; });
   for (int i = 0; i < 5; ++i) a.between_steps();
   EXPECT_EQ(bursts, 0);
+}
+
+// Tokens are timed as they run: `machine` gives a token's seconds at the
+// count it ran at (the one set before it); returns the notes.
+std::vector<std::string> decode(ThreadAdapter& a, const std::map<int, double>& machine, int tokens) {
+  std::vector<std::string> notes;
+  for (int i = 0; i < tokens; ++i) {
+    const std::string note = a.after_token(machine.at(omp_get_max_threads()));
+    if (!note.empty()) notes.push_back(note);
+  }
+  return notes;
+}
+
+TEST(ThreadAdapter, TokensMoveByTheirOwnTimesAndComeBack) {
+  KeepThreads keep;
+  ThreadAdapter a(2, 0.5, 1.25, [](int) -> double { ADD_FAILURE() << "tokens are not timed by a burst"; return 1; });
+  omp_set_num_threads(2);
+  // Quiet, 2 threads a little faster: no move, and the count is back at 2 after each probe.
+  EXPECT_TRUE(decode(a, {{2, 0.010}, {1, 0.012}}, 200).empty());
+  EXPECT_EQ(a.current(), 2);
+  // 1 thread only 1.05x faster: under the 1.1x margin.
+  EXPECT_TRUE(decode(a, {{2, 0.0105}, {1, 0.010}}, 200).empty());
+  EXPECT_EQ(a.current(), 2);
+  // A taken core: one-row decoding at 2 threads 10x slower.
+  auto notes = decode(a, {{2, 0.100}, {1, 0.010}}, 200);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("1 threads instead of 2: their tokens ran 10.0x faster"), std::string::npos) << notes[0];
+  EXPECT_EQ(a.current(), 1);
+  // Free again: back to 2 at the next probe, and the count outside a probe is the chosen one.
+  notes = decode(a, {{2, 0.005}, {1, 0.010}}, 200);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("2 threads instead of 1"), std::string::npos) << notes[0];
+  EXPECT_EQ(a.current(), 2);
+}
+
+TEST(ThreadAdapter, FirstTokenProbeComesAfterTwoTokensThenByDecodingTime) {
+  KeepThreads keep;
+  ThreadAdapter a(2, 1.0, 1.25, [](int) { return 1.0; });
+  omp_set_num_threads(2);
+  std::vector<int> counts;  // the count each token runs at
+  for (int i = 0; i < 40; ++i) {
+    counts.push_back(omp_get_max_threads());
+    a.after_token(0.125);
+  }
+  // Tokens 0-1 at 2; the probe: 4 at 2 (the first a warm-up), 4 at 1; the
+  // same again each time 1 s of tokens (8) has passed since the last probe.
+  const std::vector<int> expected = {2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+                                     2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1};
+  EXPECT_EQ(counts, expected);
 }
 
 // ctest pins OMP_NUM_THREADS; a backend made then never changes the count.

@@ -31,11 +31,11 @@ class Generator {
   int64_t position() const { return cache_.length; }
   // Runs the token at the next position and returns the logits [V] for the
   // following one. The position must stay below n_ctx.
-  // Between tokens the backend may adapt (Ops::between_steps): one-row
+  // Between tokens the backend may adapt (Ops::between_tokens): one-row
   // decoding is all barriers, so a taken core slows it most.
   const std::vector<float>& feed(int32_t token) {
     model_.decode(token, cache_, logits_.data());
-    model_.ops().between_steps();
+    model_.ops().between_tokens();
     return logits_;
   }
 

@@ -18,6 +18,7 @@ class OpsDecorator : public Ops {
   int threads() const override { return inner_->threads(); }
   double measure_peak_gflops(bool bf16, double seconds) override { return inner_->measure_peak_gflops(bf16, seconds); }
   std::string between_steps() override { return inner_->between_steps(); }
+  std::string between_tokens() override { return inner_->between_tokens(); }
   std::string precision_note(DType low) const override { return inner_->precision_note(low); }
   void* allocate(size_t bytes, const char* name) override { return inner_->allocate(bytes, name); }
   void release(void* p) override { inner_->release(p); }

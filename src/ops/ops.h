@@ -86,10 +86,12 @@ class Ops {
   // Measured peak of this backend's matrix products (GFLOP/s) in fp32 or bf16,
   // running for about `seconds` (ctrl bench, ctrl plan --hardware cpu).
   virtual double measure_peak_gflops(bool bf16, double seconds) = 0;
-  // Called between optimizer steps (trainer, ctrl bench) and generated tokens: a backend
-  // may adapt itself there (the CPU backend its thread count to a shared
-  // machine, ops/cpu/thread_adapter.h). Returns a note for the user, or "".
+  // Called between optimizer steps (trainer, ctrl bench), and between
+  // generated tokens: a backend may adapt itself there (the CPU backend its
+  // thread count to a shared machine and to one-row work,
+  // ops/cpu/thread_adapter.h). Returns a note for the user, or "".
   virtual std::string between_steps() { return ""; }
+  virtual std::string between_tokens() { return ""; }
 
   // Memory. `name` says what the buffer holds (e.g. "model.params"), for
   // diagnostics. Returns zero-filled, 64-byte-aligned backend memory.

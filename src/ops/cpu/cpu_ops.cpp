@@ -26,6 +26,7 @@ CpuOps::CpuOps(int threads) {
 CpuOps::~CpuOps() = default;
 
 std::string CpuOps::between_steps() { return adapter_ ? adapter_->between_steps() : ""; }
+std::string CpuOps::between_tokens() { return adapter_ ? adapter_->between_tokens() : ""; }
 
 int CpuOps::threads() const { return omp_get_max_threads(); }
 

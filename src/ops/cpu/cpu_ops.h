@@ -22,6 +22,7 @@ class CpuOps final : public Ops {
   int threads() const override;
   double measure_peak_gflops(bool bf16, double seconds) override;
   std::string between_steps() override;
+  std::string between_tokens() override;
   // Memory is host memory (aligned_alloc); upload and download are memcpy.
   void* allocate(size_t bytes, const char* name) override;
   void release(void* p) override;

@@ -15,6 +15,11 @@ namespace {
 // few parallel regions long, so barrier waits weigh as they do in training.
 constexpr int64_t kRows = 256, kWidth = 384, kProducts = 2;
 constexpr double kFirstProbeSeconds = 2.0;
+// Token mode: the first probe after this many tokens; timed tokens per
+// candidate (median), after one warm-up token; the margin a count must win by.
+constexpr int64_t kTokensBeforeFirstProbe = 2;
+constexpr int kTrialTokens = 3;
+constexpr double kTokenMargin = 1.1;
 }  // namespace
 
 ThreadAdapter::ThreadAdapter(int max_threads, double interval_seconds, double margin,
@@ -59,17 +64,59 @@ std::string ThreadAdapter::between_steps() {
   for (size_t i = 0; i < candidates_.size(); ++i) seconds[i] = burst_seconds(candidates_[i]);
   const size_t at = size_t(std::find(candidates_.begin(), candidates_.end(), current_) - candidates_.begin());
   const size_t fastest = size_t(std::min_element(seconds.begin(), seconds.end()) - seconds.begin());
-  const int before = current_;
-  if (fastest != at && seconds[at] >= margin_ * seconds[fastest]) current_ = candidates_[fastest];
-  omp_set_num_threads(current_);
   probed_ = true;
   last_probe_ = std::chrono::steady_clock::now();
+  const int chosen = fastest != at && seconds[at] >= margin_ * seconds[fastest] ? candidates_[fastest] : current_;
+  return move_to(chosen, current_, seconds[at] / seconds[fastest], "products",
+                 chosen < max_threads_ ? " (another process is using the CPUs)" : " (the CPUs are free again)");
+}
+
+std::string ThreadAdapter::move_to(int threads, int before, double ratio, const char* what, const char* why) {
+  current_ = threads;
+  omp_set_num_threads(current_);
   if (current_ == before) return "";
   char line[200];
-  std::snprintf(line, sizeof line, "%d threads instead of %d: their products ran %.1fx faster just now (%s)",
-                current_, before, seconds[at] / seconds[fastest],
-                current_ < max_threads_ ? "another process is using the CPUs" : "the CPUs are free again");
+  std::snprintf(line, sizeof line, "%d threads instead of %d: their %s ran %.1fx faster just now%s", current_, before,
+                what, ratio, why);
   return line;
+}
+
+std::string ThreadAdapter::between_tokens() {
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = tokens_ > 0 ? std::chrono::duration<double>(now - last_token_).count() : 0.0;
+  last_token_ = now;
+  return after_token(seconds);
+}
+
+std::string ThreadAdapter::after_token(double seconds) {
+  if (candidates_.size() < 2) return "";
+  ++tokens_;
+  if (trial_ < 0) {
+    since_probe_ += seconds;
+    const bool due = probed_ ? since_probe_ >= interval_ : tokens_ >= kTokensBeforeFirstProbe;
+    if (!due) return "";
+    token_seconds_.assign(candidates_.size(), {});
+    trial_ = 0, trial_tokens_ = 0;
+    omp_set_num_threads(candidates_[0]);
+    return "";
+  }
+  if (trial_tokens_++ > 0) token_seconds_[size_t(trial_)].push_back(seconds);  // the first is warm-up
+  if (trial_tokens_ <= kTrialTokens) return "";
+  if (++trial_ < int(candidates_.size())) {
+    trial_tokens_ = 0;
+    omp_set_num_threads(candidates_[size_t(trial_)]);
+    return "";
+  }
+  std::vector<double> median;
+  for (auto& times : token_seconds_) {
+    std::nth_element(times.begin(), times.begin() + long(times.size() / 2), times.end());
+    median.push_back(times[times.size() / 2]);
+  }
+  const size_t at = size_t(std::find(candidates_.begin(), candidates_.end(), current_) - candidates_.begin());
+  const size_t fastest = size_t(std::min_element(median.begin(), median.end()) - median.begin());
+  trial_ = -1, since_probe_ = 0, probed_ = true;
+  const int chosen = fastest != at && median[at] >= kTokenMargin * median[fastest] ? candidates_[fastest] : current_;
+  return move_to(chosen, current_, median[at] / median[fastest], "tokens", "");
 }
 
 }  // namespace ctrl::cpu

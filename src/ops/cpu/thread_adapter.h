@@ -10,6 +10,13 @@
 // a run stays bit-reproducible; under contention it changes, and with it the
 // rounding of the products (results depend on the thread count), so pin the
 // count (--threads, OMP_NUM_THREADS) for bit-exact runs on a busy machine.
+//
+// Generated tokens are timed directly instead: decoding one row is dozens of
+// tiny parallel regions per token, so a taken core slows it far more than it
+// slows the burst (10x measured on 2 cores), and a small model may decode
+// faster on fewer threads even on a quiet machine. After the first two
+// tokens and then every `interval` seconds of decoding, a few tokens run at
+// each candidate count and the fastest (median) wins by kTokenMargin.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -29,18 +36,33 @@ class ThreadAdapter {
   // call only starts the clock) and sets the OpenMP thread count. Returns a
   // one-line note when the count changed, else "".
   std::string between_steps();
+  // Between generated tokens: `after_token(seconds the last token took)`
+  // (between_tokens() reads the clock), as above; returns a note or "".
+  std::string between_tokens();
+  std::string after_token(double seconds);
   const std::vector<int>& candidates() const { return candidates_; }
   int current() const { return current_; }
 
  private:
   // Seconds for the burst of products at `threads` threads (the best of three runs).
   double burst_seconds(int threads);
+  // Sets `threads`; a note when it differs from `before`: its `what` ran
+  // `ratio` times faster, and `why` (may be "").
+  std::string move_to(int threads, int before, double ratio, const char* what, const char* why);
   std::function<double(int)> burst_;
   std::vector<int> candidates_;
   int max_threads_, current_;
   double interval_, margin_;
   bool started_ = false, probed_ = false;
   std::chrono::steady_clock::time_point last_probe_;
+  // Token mode: the candidate being timed (-1 between probes), its tokens so
+  // far (the first after a change is dropped: warm-up), each candidate's
+  // timed tokens, and decoding seconds and tokens since the last probe.
+  int trial_ = -1, trial_tokens_ = 0;
+  std::vector<std::vector<double>> token_seconds_;
+  double since_probe_ = 0;
+  int64_t tokens_ = 0;
+  std::chrono::steady_clock::time_point last_token_;
   std::vector<float> a_, b_, c_;
 };
 
