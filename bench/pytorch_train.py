@@ -6,6 +6,8 @@ peak RSS, with the torch version, BLAS and threads it ran with.
 A step is the full training step ctrl also does: zero_grad, forward with
 labels, backward, global-norm clip 1.0, AdamW(0.9, 0.95) step at lr 1e-4,
 dropout 0. Timing starts after --warmup-steps; tokens/s = B*T*steps / time.
+With --compile the model is torch.compile'd (inductor; its compilation
+happens in the warm-up steps, reported as warmup_seconds, not in tokens/s).
 
 Run in the PyPI environment (bash tools/setup_python.sh): .venv/bin/python bench/pytorch_train.py --preset small
 """
@@ -38,6 +40,7 @@ def parse_args():
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave torch's default)")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="bf16 = torch.autocast('cpu', dtype=torch.bfloat16) around the forward")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (default inductor backend)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return p.parse_args()
@@ -86,6 +89,8 @@ def main():
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     model, opt, s = build(args.preset, args.seed)
+    if args.compile:
+        model = torch.compile(model)
     gen = torch.Generator().manual_seed(args.seed + 1)
     bf16 = args.precision == "bf16"
 
@@ -97,10 +102,13 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
         opt.step()
-        return float(loss)
+        return float(loss.detach())
 
-    for _ in range(args.warmup_steps):
+    warmup_steps = max(args.warmup_steps, 1 if args.compile else 0)  # a compiled model compiles in its first step
+    warmup_start = time.perf_counter()
+    for _ in range(warmup_steps):
         step()
+    warmup_seconds = time.perf_counter() - warmup_start
     start = time.perf_counter()
     loss = float("nan")
     for i in range(args.steps):
@@ -115,10 +123,12 @@ def main():
         "tool": "pytorch",
         "preset": args.preset,
         "precision": args.precision,
+        "compiled": args.compile,
+        "warmup_seconds": warmup_seconds,
         "batch": args.batch,
         "seq": s["T"],
         "steps": args.steps,
-        "warmup_steps": args.warmup_steps,
+        "warmup_steps": warmup_steps,
         "seconds": seconds,
         "tokens_per_s": args.batch * s["T"] * args.steps / seconds,
         "it_per_s": args.steps / seconds,

@@ -1,134 +1,169 @@
 #!/bin/bash
-# Training throughput, ctrl against PyTorch (Hugging Face CTRLLMHeadModel) on
-# the same preset, in one run. PyTorch runs twice per precision:
-#   defaults: the environment as it is (torch's own thread count, glibc malloc);
-#   tuned:    torch.set_num_threads(THREADS), OPENBLAS_CORETYPE and
-#             OPENBLAS_L2_SIZE unset (they matter only to an OpenBLAS build of
-#             torch; PyPI's x86 wheels use MKL), Debian's tcmalloc preloaded.
-# PyTorch is the peer users install: torch 2.x from PyPI in .venv
-# (tools/setup_python.sh), or any python with torch given as PY=.
-# Then `ctrl bench` on the same preset, micro-batch and precisions (dropout 0,
-# as PyTorch's side) if the binary ($CTRL, else build/ctrl) exists, and a table
-# with the ratios of ctrl to each PyTorch run of the same precision.
-# The JSON of every run is kept in RESULTS (a new temporary folder unless set),
-# with train_vs_pytorch.svg: tokens/s and peak memory of every run as bars.
+# Training throughput, ctrl against PyTorch as users install it (torch 2.x from
+# PyPI with MKL, Hugging Face CTRLLMHeadModel), on the same presets, batch and
+# precisions, in one run. For each preset and precision a round runs:
+#   ctrl         ctrl bench (dropout 0, --threads THREADS)
+#   eager        PyTorch eager (bf16: autocast around the forward), glibc malloc
+#   eager+tc     the same with Debian's tcmalloc preloaded
+#   compile      torch.compile of the same model (inductor), glibc malloc
+#   compile+tc   torch.compile with tcmalloc
+# PyTorch runs with torch.set_num_threads(THREADS) and OPENBLAS_* unset.
+# Rounds rotate the order of the runs, so that drift hits all alike; each
+# figure is the median of ROUNDS. PyTorch's best configuration is the
+# reference: the table gives every run's tokens/s, the best PyTorch run,
+# ctrl / best, and ctrl's share of this machine's measured GEMM peak.
 #
-# Knobs (environment): PRESET=small PRECISIONS="fp32 bf16 fp16" (fp16: ctrl only) BATCH=8 STEPS=8
-# WARMUP=2 THREADS=$(nproc) CTRL=build/ctrl RESULTS=<folder>
-# TUNED_ENV="VAR=value ..." (extra environment for the tuned runs only, e.g.
-# OMP_WAIT_POLICY=PASSIVE, which helps when other work shares the cores).
+# Output (RESULTS, a new temporary folder unless set): every run's JSON,
+# train-vs-pytorch.md (machine: CPU model, ISA flags, cores; commit, date,
+# command; the table) and train-vs-pytorch.svg (each preset and precision as
+# bars against PyTorch's best).
+#
+# Knobs (environment): PRESETS="tiny small base" PRECISIONS="fp32 bf16"
+# PEERS="eager eager+tc compile compile+tc" BATCH=8 STEPS=8 WARMUP=2 ROUNDS=1
+# THREADS=$(nproc) CTRL=build/ctrl PY=.venv/bin/python (bash tools/setup_python.sh)
+# RESULTS=<folder>. torch.compile compiles in its first warm-up step (a minute
+# or more on 2 cores), which is not timed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+command_line=""
+for v in PRESETS PRECISIONS PEERS BATCH STEPS WARMUP ROUNDS THREADS; do
+  [ -n "${!v+x}" ] && command_line+="$v=\"${!v}\" "
+done
+command_line+="bash bench/train_vs_pytorch.sh"
 
-PRESET=${PRESET:-small}
-PRECISIONS=${PRECISIONS:-fp32 bf16 fp16}
+PRESETS=${PRESETS:-tiny small base}
+PRECISIONS=${PRECISIONS:-fp32 bf16}
+PEERS=${PEERS:-eager eager+tc compile compile+tc}
 BATCH=${BATCH:-8}
 STEPS=${STEPS:-8}
 WARMUP=${WARMUP:-2}
+ROUNDS=${ROUNDS:-1}
 THREADS=${THREADS:-$(nproc)}
 CTRL=${CTRL:-build/ctrl}
-PY=${PY:-.venv/bin/python}   # today's PyTorch from PyPI (bash tools/setup_python.sh)
-[ -x "$PY" ] || { echo "train_vs_pytorch: no $PY (run: bash tools/setup_python.sh)" >&2; exit 2; }
+PY=${PY:-.venv/bin/python}
+die() { echo "train_vs_pytorch: $*" >&2; exit 2; }
+[ -x "$PY" ] || die "no $PY (run: bash tools/setup_python.sh)"
+[ -x "$CTRL" ] || die "no ctrl binary at $CTRL (build first, or set CTRL=)"
+for p in $PRECISIONS; do [[ $p == fp32 || $p == bf16 ]] || die "PRECISIONS: '$p' is not fp32 or bf16"; done
+for p in $PEERS; do [[ $p =~ ^(eager|compile)(\+tc)?$ ]] || die "PEERS: '$p' is not eager, eager+tc, compile or compile+tc"; done
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || die "ROUNDS=$ROUNDS: expected a positive whole number"
 
 TCMALLOC=$(ldconfig -p | awk '/libtcmalloc_minimal\.so\.4 / && !f {print $NF; f = 1}')
-if [ -z "$TCMALLOC" ]; then
-  echo "train_vs_pytorch: libtcmalloc_minimal.so.4 not found (apt-get install libtcmalloc-minimal4); tuned runs use glibc malloc" >&2
+if [ -z "$TCMALLOC" ] && [[ "$PEERS" == *+tc* ]]; then
+  die "libtcmalloc_minimal.so.4 not found (apt-get install libtcmalloc-minimal4), or leave the +tc runs out of PEERS"
 fi
 
 out=${RESULTS:-$(mktemp -d)}
 mkdir -p "$out"
+{
+  echo "cpu=$(lscpu | sed -n 's/^Model name: *//p')"
+  echo "flags=$(grep -m1 -o -w -E 'avx2|avx512f|avx512_bf16|amx_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+  echo "cpus=$(nproc)"
+  echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)')"
+  echo "date=$(date -u +%Y-%m-%d)"
+  echo "command=$command_line"
+  echo "torch=$("$PY" -c 'import torch; print(torch.__version__)')"
+} >"$out/machine.txt"
 echo "train_vs_pytorch: results in $out (load average: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
-common=(--preset "$PRESET" --batch "$BATCH" --steps "$STEPS" --warmup-steps "$WARMUP" --json)
 
-for prec in $PRECISIONS; do
-  if [ "$prec" = fp16 ]; then  # PyTorch's CPU autocast has no fp16; ctrl's fp16 is shown against ctrl fp32
-    echo "== PyTorch: no fp16 autocast on the CPU; ctrl fp16 only" >&2
-    continue
+# Runs one configuration; its JSON goes to $out/<preset>-<precision>-<who>-r<round>.json.
+run_one() {
+  local preset=$1 prec=$2 who=$3 round=$4
+  local json="$out/$preset-$prec-$who-r$round.json"
+  echo "== round $round: $preset $prec $who" >&2
+  if [ "$who" = ctrl ]; then
+    "$CTRL" bench --config "$preset" --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
+      --set train.micro_batch="$BATCH" --set model.embd_pdrop=0 --set model.resid_pdrop=0 \
+      --set train.precision="$prec" --json >"$json"
+    return
   fi
-  echo "== PyTorch $PRESET $prec, defaults" >&2
-  "$PY" bench/pytorch_train.py "${common[@]}" --precision "$prec" > "$out/pytorch-defaults-$prec.json"
-  echo "== PyTorch $PRESET $prec, tuned (threads $THREADS, AVX-512 OpenBLAS, tcmalloc${TUNED_ENV:+, $TUNED_ENV})" >&2
-  # shellcheck disable=SC2086  # TUNED_ENV is a list of VAR=value words
-  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ${TCMALLOC:+LD_PRELOAD="$TCMALLOC"} ${TUNED_ENV:-} \
-    "$PY" bench/pytorch_train.py "${common[@]}" --precision "$prec" --threads "$THREADS" \
-    > "$out/pytorch-tuned-$prec.json"
+  local -a env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE -u LD_PRELOAD) args=()
+  [[ $who == *+tc ]] && env+=("LD_PRELOAD=$TCMALLOC")
+  [[ $who == compile* ]] && args+=(--compile)
+  "${env[@]}" "$PY" bench/pytorch_train.py --preset "$preset" --batch "$BATCH" --steps "$STEPS" \
+    --warmup-steps "$WARMUP" --threads "$THREADS" --precision "$prec" "${args[@]}" --json >"$json"
+}
+
+read -ra order <<<"ctrl $PEERS"
+for round in $(seq 1 "$ROUNDS"); do
+  for preset in $PRESETS; do
+    for prec in $PRECISIONS; do
+      # Round r starts at the r-th run of the list, so no configuration always runs first.
+      n=${#order[@]}
+      for i in $(seq 0 $((n - 1))); do
+        run_one "$preset" "$prec" "${order[$(((i + round - 1) % n))]}" "$round" ||
+          echo "train_vs_pytorch: $preset $prec ${order[$(((i + round - 1) % n))]} failed; left out" >&2
+      done
+    done
+  done
 done
 
-if [ -x "$CTRL" ]; then
-  for prec in $PRECISIONS; do
-    echo "== ctrl bench --config $PRESET --steps $STEPS --threads $THREADS --set train.micro_batch=$BATCH (dropout 0) $prec" >&2
-    if ! "$CTRL" bench --config "$PRESET" --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
-         --set train.micro_batch="$BATCH" --set model.embd_pdrop=0 --set model.resid_pdrop=0 \
-         --set train.precision="$prec" --json > "$out/ctrl-$prec.json"; then
-      echo "train_vs_pytorch: '$CTRL bench' failed for $prec" >&2
-      rm -f "$out/ctrl-$prec.json"
-    fi
-  done
-else
-  echo "train_vs_pytorch: no ctrl binary at $CTRL (set CTRL=...); showing PyTorch only" >&2
-fi
-
-"$PY" - "$out" <<'EOF'
-import json, os, sys
-out = sys.argv[1]
-def load(name):
-    path = os.path.join(out, name)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        text = f.read()
-    start = text.find("{")  # one JSON object, on one line or pretty-printed
+"$PY" - "$out" "$PRESETS" "$PRECISIONS" "ctrl $PEERS" <<'EOF'
+import glob, json, os, statistics, sys
+out, presets, precisions, whos = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4].split()
+machine = dict(line.rstrip("\n").split("=", 1) for line in open(os.path.join(out, "machine.txt")))
+runs = {}
+for path in glob.glob(os.path.join(out, "*-r*.json")):
+    preset, prec, who, _ = os.path.basename(path)[:-5].split("-", 3)
+    text = open(path).read()
+    start = text.find("{")
     try:
-        return json.loads(text[start:]) if start >= 0 else None
+        r = json.loads(text[start:]) if start >= 0 else None
     except ValueError:
-        print(f"train_vs_pytorch: {path}: not one JSON object", file=sys.stderr)
-        return None
-rows = []
-for name in sorted(n for n in os.listdir(out) if n.endswith(".json")):
-    r = load(name)
+        r = None
     if r:
-        rows.append((name[:-5], r))
-print(f"{'run':<24}{'tokens/s':>10}{'it/s':>8}{'peak RSS MiB':>14}{'threads':>9}  blas")
-for name, r in rows:
-    print(f"{name:<24}{r['tokens_per_s']:>10.0f}{r['it_per_s']:>8.3f}{r['peak_rss_bytes'] / 2**20:>14.0f}"
-          f"{r.get('threads', ''):>9}  {r.get('blas', r.get('precision', ''))[:48]}")
-# Each precision of ctrl against PyTorch's runs of the same precision: speed and peak memory.
-for name, r in rows:
-    if not name.startswith("pytorch-"):
-        continue
-    prec = name.rsplit("-", 1)[1]
-    ctrl = load(f"ctrl-{prec}.json")
-    if ctrl:
-        print(f"ctrl {prec} / {name[8:]}: {ctrl['tokens_per_s'] / r['tokens_per_s']:.2f}x tokens/s, "
-              f"{ctrl['peak_rss_bytes'] / r['peak_rss_bytes']:.2f}x peak memory")
-c32 = load("ctrl-fp32.json")
-for prec in ("bf16", "fp16"):
-    c = load(f"ctrl-{prec}.json")
-    if c32 and c:
-        print(f"ctrl {prec} / ctrl fp32: {c['tokens_per_s'] / c32['tokens_per_s']:.2f}x tokens/s, "
-              f"{c['peak_rss_bytes'] / c32['peak_rss_bytes']:.2f}x peak memory")
+        runs.setdefault((preset, prec, who), []).append(r)
+med = {k: statistics.median(r["tokens_per_s"] for r in v) for k, v in runs.items()}
+lines = [
+    f"# Training throughput: ctrl against PyTorch {machine['torch']}",
+    "",
+    f"{machine['date']}, {machine['cpu']} ({machine['cpus']} CPUs; {machine['flags'].strip() or 'no AVX2'}), "
+    f"commit {machine['commit']}.",
+    f"Command: `{machine['command']}`. Tokens per second of training (forward, backward, clip, AdamW), "
+    "median of the rounds; PyTorch's best configuration is the reference.",
+    "",
+    "| preset | precision | " + " | ".join(whos) + " | PyTorch best | ctrl / best | ctrl share of GEMM peak |",
+    "|---|---|" + "---:|" * (len(whos) + 3),
+]
+groups = []
+for preset in presets:
+    for prec in precisions:
+        peers = {w: med[(preset, prec, w)] for w in whos[1:] if (preset, prec, w) in med}
+        ctrl = med.get((preset, prec, "ctrl"))
+        if ctrl is None and not peers:
+            continue
+        best = max(peers, key=peers.get) if peers else None
+        share = statistics.median(r.get("share_of_gemm_peak", float("nan")) for r in runs.get((preset, prec, "ctrl"), [{}]))
+        cells = [f"{med[(preset, prec, w)]:,.0f}" if (preset, prec, w) in med else "failed" for w in whos]
+        ratio = f"**{ctrl / peers[best]:.2f}×**" if ctrl and best else "–"
+        lines.append(f"| {preset} | {prec} | " + " | ".join(cells) +
+                     f" | {best or '–'} | {ratio} | {share:.0%} |".replace("nan%", "–"))
+        groups.append((f"{preset} {prec}", {w: med[(preset, prec, w)] for w in whos if (preset, prec, w) in med}))
+lines += ["", "Chart: train-vs-pytorch.svg (each group's bars against its fastest run)."]
+report = "\n".join(lines) + "\n"
+open(os.path.join(out, "train-vs-pytorch.md"), "w").write(report)
+print(report)
 
-# The same runs drawn: tokens/s and peak memory as horizontal bars, ctrl in red.
-def panel(x0, title, values, unit):
-    width, top, bar = 330, 50, 24
-    most = max(v for _, v in values) or 1
-    parts = [f"<text x='{x0}' y='32' font-size='14'>{title}</text>"]
-    for i, (name, v) in enumerate(values):
-        y = top + i * (bar + 8)
-        color = "#d62728" if name.startswith("ctrl") else "#1f77b4"
-        w = width * v / most
-        parts.append(f"<text x='{x0 - 8}' y='{y + 16}' text-anchor='end'>{name}</text>")
-        parts.append(f"<rect x='{x0}' y='{y}' width='{w:.1f}' height='{bar}' fill='{color}'/>")
-        parts.append(f"<text x='{x0 + w + 4:.1f}' y='{y + 16}'>{v:,.0f} {unit}</text>")
-    return parts
-if rows:
-    height = 70 + len(rows) * 32
-    svg = [f"<svg xmlns='http://www.w3.org/2000/svg' width='1180' height='{height}' font-family='sans-serif' "
-           "font-size='12'>", "<rect width='100%' height='100%' fill='white'/>"]
-    svg += panel(190, "training throughput (higher is better)", [(n, r["tokens_per_s"]) for n, r in rows], "tok/s")
-    svg += panel(780, "peak memory (lower is better)", [(n, r["peak_rss_bytes"] / 2**20) for n, r in rows], "MiB")
-    svg.append("</svg>")
-    with open(os.path.join(out, "train_vs_pytorch.svg"), "w") as f:
-        f.write("\n".join(svg) + "\n")
-    print(f"chart: {os.path.join(out, 'train_vs_pytorch.svg')}")
+# Bars per preset and precision, as a share of the group's fastest run; ctrl in red.
+row, gap, x0, width = 22, 18, 170, 520
+height = 40 + sum(len(g) * row + gap for _, g in groups)
+svg = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{x0 + width + 160}' height='{height}' "
+       "font-family='sans-serif' font-size='12'>", "<rect width='100%' height='100%' fill='white'/>",
+       f"<text x='10' y='22' font-size='14'>training tokens/s, ctrl and PyTorch {machine['torch']} "
+       f"({machine['cpu']}, {machine['cpus']} CPUs)</text>"]
+y = 40
+for name, values in groups:
+    top = max(values.values())
+    svg.append(f"<text x='10' y='{y + 14}' font-weight='bold'>{name}</text>")
+    for who, v in values.items():
+        w = width * v / top
+        color = "#d62728" if who == "ctrl" else "#1f77b4"
+        svg.append(f"<text x='{x0 - 6}' y='{y + 15}' text-anchor='end'>{who}</text>")
+        svg.append(f"<rect x='{x0}' y='{y + 3}' width='{w:.1f}' height='{row - 6}' fill='{color}'/>")
+        svg.append(f"<text x='{x0 + w + 4:.1f}' y='{y + 15}'>{v:,.0f}</text>")
+        y += row
+    y += gap
+svg.append("</svg>")
+open(os.path.join(out, "train-vs-pytorch.svg"), "w").write("\n".join(svg) + "\n")
+print(f"chart: {os.path.join(out, 'train-vs-pytorch.svg')}", file=sys.stderr)
 EOF
