@@ -1,7 +1,7 @@
 // The CPU backend's answer to a shared machine. When another process keeps a
 // core busy, every OpenMP barrier waits for the thread whose core was taken,
 // and fewer threads can run faster (bench/results/shared-machine-*.md).
-// Between steps (optimizer steps, generated tokens), 2 s after the first call
+// Between optimizer steps, 2 s after the first call
 // and then every `interval` seconds, the adapter times a short burst of
 // matrix products (best of 3 runs of a few ms) at each candidate thread count
 // (all usable CPUs, one fewer, half) and moves to a count only when its burst
@@ -16,7 +16,9 @@
 // slows the burst (10x measured on 2 cores), and a small model may decode
 // faster on fewer threads even on a quiet machine. After the first two
 // tokens and then every `interval` seconds of decoding, a few tokens run at
-// each candidate count and the fastest (median) wins by kTokenMargin.
+// each candidate count and the fastest (median) wins by kTokenMargin. The
+// decoding ops give the same bits at any count, so this never changes what
+// is generated (Generator.DecodingGivesTheSameBitsAtAnyThreadCount).
 #pragma once
 #include <chrono>
 #include <cstdint>
