@@ -241,20 +241,7 @@ TEST(Distill, ResumeWithATeacherIsBitExact) {
   c.train.teacher = teacher;
   c.train.distill_alpha = 0.7;
   c.train.distill_temperature = 3;
-  TrainerOptions whole{fresh_dir("whole"), false, true};
-  Trainer full(c, whole);
-  full.run();
-  TrainerOptions parts{fresh_dir("parts"), false, true};
-  Config first = c;
-  first.train.steps = 3;
-  Trainer(first, parts).run();
-  parts.resume = true;
-  Trainer rest(c, parts);
-  EXPECT_EQ(rest.state().step, 3);
-  rest.run();
-  ASSERT_EQ(rest.step_losses().size(), 3u);
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest.step_losses()[i], full.step_losses()[3 + i]) << i;
-  EXPECT_EQ(params(rest), params(full));
+  test_support::expect_resume_bit_exact(c, 3, fresh_dir("whole"), fresh_dir("parts"), "with a teacher");
 }
 
 // Mixed precision with a teacher: the teacher runs in the student's

@@ -138,19 +138,9 @@ std::string check_resume(const std::string& data, const std::string& precision, 
   c.train.steps = 6;
   c.train.checkpoint_every = 3;
   c.train.loss_scale_window = loss_scale_window;
-  TrainerOptions whole{fresh_dir("whole" + precision), false, true};
-  Trainer full(c, whole);
-  full.run();
-  TrainerOptions parts{fresh_dir("parts" + precision), false, true};
-  Config first = c;
-  first.train.steps = 3;
-  Trainer(first, parts).run();
-  parts.resume = true;
-  Trainer rest(c, parts);
-  rest.run();
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest.step_losses()[i], full.step_losses()[3 + i]) << precision;
-  EXPECT_EQ(rest.state().scaler.scale, full.state().scaler.scale) << precision;
-  return parts.run_dir;
+  const std::string parts = fresh_dir("parts" + precision);
+  test_support::expect_resume_bit_exact(c, 3, fresh_dir("whole" + precision), parts, precision);
+  return parts;
 }
 
 TEST(MixedPrecision, ResumesInBf16AndSwitchesPrecisionOnResume) {

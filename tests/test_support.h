@@ -1,5 +1,6 @@
 // Helpers shared by the engine tests.
 #pragma once
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "model/config.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/ops.h"
+#include "train/trainer.h"
 
 namespace test_support {
 
@@ -82,6 +84,31 @@ inline ctrl::Config tiny_trainer_config(int64_t steps, int64_t checkpoint_every)
   c.train.steps = steps;
   c.train.checkpoint_every = checkpoint_every;
   return c;
+}
+
+// Resume is bit-exact: `c` trains without a break in `whole_dir`, and in
+// `parts_dir` for `split` steps, then resumed to c.train.steps. The resumed
+// steps' losses, the loss scale and every parameter must equal the unbroken
+// run's. `between` (may be empty) runs after the first part, e.g. to look at
+// its checkpoint. `what` labels failures. Returns the unbroken run's losses.
+inline std::vector<double> expect_resume_bit_exact(const ctrl::Config& c, int64_t split, const std::string& whole_dir,
+                                                   const std::string& parts_dir, const std::string& what,
+                                                   const std::function<void()>& between = {}) {
+  ctrl::Trainer full(c, ctrl::TrainerOptions{whole_dir, false, true});
+  full.run();
+  ctrl::Config first = c;
+  first.train.steps = split;
+  ctrl::Trainer(first, ctrl::TrainerOptions{parts_dir, false, true}).run();
+  if (between) between();
+  ctrl::Trainer rest(c, ctrl::TrainerOptions{parts_dir, true, true});
+  EXPECT_EQ(rest.state().step, split) << what;
+  rest.run();
+  const std::vector<double> tail(full.step_losses().begin() + split, full.step_losses().end());
+  EXPECT_EQ(rest.step_losses(), tail) << what;
+  EXPECT_EQ(rest.state().scaler.scale, full.state().scaler.scale) << what;
+  const std::vector<float> pr = rest.model().params.to_host(), pf = full.model().params.to_host();
+  EXPECT_TRUE(pr == pf) << what << ": the parameters differ";
+  return full.step_losses();
 }
 
 // A prepared corpus in `dir` with two control codes: A (token 3) trains on

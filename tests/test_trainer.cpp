@@ -24,25 +24,8 @@ TEST(Trainer, ResumeReproducesTheUninterruptedRunBitForBit) {
   for (const char* optimizer : {"adamw", "adagrad"}) {
     Config c = small_config(7);
     c.train.optimizer = optimizer;
-    TrainerOptions whole{fresh_dir(std::string("whole_") + optimizer), false, true};
-    Trainer full(c, whole);
-    full.run();
-
-    TrainerOptions parts{fresh_dir(std::string("parts_") + optimizer), false, true};
-    Config first = c;
-    first.train.steps = 3;
-    {
-      Trainer t(first, parts);
-      t.run();
-    }
-    parts.resume = true;
-    Trainer rest(c, parts);
-    EXPECT_EQ(rest.state().step, 3);
-    rest.run();
-    ASSERT_EQ(rest.step_losses().size(), 4u);
-    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(rest.step_losses()[i], full.step_losses()[3 + i]) << optimizer << " " << i;
-    const std::vector<float> pr = rest.model().params.to_host(), pf = full.model().params.to_host();
-    for (size_t i = 0; i < pf.size(); ++i) ASSERT_EQ(pr[i], pf[i]) << optimizer << " parameter element " << i;
+    test_support::expect_resume_bit_exact(c, 3, fresh_dir(std::string("whole_") + optimizer),
+                                          fresh_dir(std::string("parts_") + optimizer), optimizer);
   }
 }
 
