@@ -65,6 +65,10 @@ mkdir -p "$out"
   echo "torch=$("$PY" -c 'import torch; print(torch.__version__)')"
 } >"$out/machine.txt"
 echo "train_vs_pytorch: results in $out (load average: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+if [[ " $PRECISIONS " == *" bf16 "* ]] && ! grep -q -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
+  echo "train_vs_pytorch: warning: this CPU has no AVX512-BF16 or AMX; PyTorch's bf16 autocast ran at about 9 tokens/s" \
+    "on small on such a CPU (half an hour and more per configuration); PRECISIONS=fp32 leaves it out" >&2
+fi
 
 # Runs one configuration; its JSON goes to $out/<preset>-<precision>-<who>-r<round>.json.
 run_one() {
