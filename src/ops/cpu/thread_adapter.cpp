@@ -54,7 +54,7 @@ double ThreadAdapter::burst_seconds(int threads) {
 std::string ThreadAdapter::between_steps() {
   const auto now = std::chrono::steady_clock::now();
   if (candidates_.size() < 2) return "";
-  // The first probe comes early (a short `ctrl generate` lasts seconds), then one per interval.
+  // The first probe comes early (a short run, e.g. `ctrl bench`, lasts seconds), then one per interval.
   const double wait = probed_ ? interval_ : std::min(interval_, kFirstProbeSeconds);
   if (!started_ || std::chrono::duration<double>(now - last_probe_).count() < wait) {
     if (!started_) started_ = true, last_probe_ = now;
@@ -62,22 +62,25 @@ std::string ThreadAdapter::between_steps() {
   }
   std::vector<double> seconds(candidates_.size());
   for (size_t i = 0; i < candidates_.size(); ++i) seconds[i] = burst_seconds(candidates_[i]);
-  const size_t at = size_t(std::find(candidates_.begin(), candidates_.end(), current_) - candidates_.begin());
-  const size_t fastest = size_t(std::min_element(seconds.begin(), seconds.end()) - seconds.begin());
   probed_ = true;
   last_probe_ = std::chrono::steady_clock::now();
-  const int chosen = fastest != at && seconds[at] >= margin_ * seconds[fastest] ? candidates_[fastest] : current_;
-  return move_to(chosen, current_, seconds[at] / seconds[fastest], "products",
-                 chosen < max_threads_ ? " (another process is using the CPUs)" : " (the CPUs are free again)");
+  return settle(seconds, margin_, "products", true);
 }
 
-std::string ThreadAdapter::move_to(int threads, int before, double ratio, const char* what, const char* why) {
-  current_ = threads;
+std::string ThreadAdapter::settle(const std::vector<double>& seconds, double margin, const char* what,
+                                  bool say_why) {
+  const size_t at = size_t(std::find(candidates_.begin(), candidates_.end(), current_) - candidates_.begin());
+  const size_t fastest = size_t(std::min_element(seconds.begin(), seconds.end()) - seconds.begin());
+  const int before = current_;
+  if (fastest != at && seconds[at] >= margin * seconds[fastest]) current_ = candidates_[fastest];
   omp_set_num_threads(current_);
   if (current_ == before) return "";
+  const char* why = !say_why                    ? ""
+                    : current_ < max_threads_ ? " (another process is using the CPUs)"
+                                              : " (the CPUs are free again)";
   char line[200];
   std::snprintf(line, sizeof line, "%d threads instead of %d: their %s ran %.1fx faster just now%s", current_, before,
-                what, ratio, why);
+                what, seconds[at] / seconds[fastest], why);
   return line;
 }
 
@@ -112,11 +115,8 @@ std::string ThreadAdapter::after_token(double seconds) {
     std::nth_element(times.begin(), times.begin() + long(times.size() / 2), times.end());
     median.push_back(times[times.size() / 2]);
   }
-  const size_t at = size_t(std::find(candidates_.begin(), candidates_.end(), current_) - candidates_.begin());
-  const size_t fastest = size_t(std::min_element(median.begin(), median.end()) - median.begin());
   trial_ = -1, since_probe_ = 0, probed_ = true;
-  const int chosen = fastest != at && median[at] >= kTokenMargin * median[fastest] ? candidates_[fastest] : current_;
-  return move_to(chosen, current_, median[at] / median[fastest], "tokens", "");
+  return settle(median, kTokenMargin, "tokens", false);
 }
 
 }  // namespace ctrl::cpu

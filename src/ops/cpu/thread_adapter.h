@@ -48,9 +48,11 @@ class ThreadAdapter {
  private:
   // Seconds for the burst of products at `threads` threads (the best of three runs).
   double burst_seconds(int threads);
-  // Sets `threads`; a note when it differs from `before`: its `what` ran
-  // `ratio` times faster, and `why` (may be "").
-  std::string move_to(int threads, int before, double ratio, const char* what, const char* why);
+  // Given each candidate's seconds, moves to the fastest when it beat the
+  // current count by `margin`, sets the OpenMP count, and returns the note
+  // ("" when unchanged): how much faster its `what` ran, and with `say_why`
+  // whether the CPUs look taken or free.
+  std::string settle(const std::vector<double>& seconds, double margin, const char* what, bool say_why);
   std::function<double(int)> burst_;
   std::vector<int> candidates_;
   int max_threads_, current_;
