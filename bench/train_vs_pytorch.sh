@@ -89,14 +89,14 @@ run_one() {
 }
 
 read -ra order <<<"ctrl $PEERS"
+n=${#order[@]}
 for round in $(seq 1 "$ROUNDS"); do
   for preset in $PRESETS; do
     for prec in $PRECISIONS; do
       # Round r starts at the r-th run of the list, so no configuration always runs first.
-      n=${#order[@]}
       for i in $(seq 0 $((n - 1))); do
-        run_one "$preset" "$prec" "${order[$(((i + round - 1) % n))]}" "$round" ||
-          echo "train_vs_pytorch: $preset $prec ${order[$(((i + round - 1) % n))]} failed; left out" >&2
+        who=${order[$(((i + round - 1) % n))]}
+        run_one "$preset" "$prec" "$who" "$round" || echo "train_vs_pytorch: $preset $prec $who failed; left out" >&2
       done
     done
   done
