@@ -7,11 +7,12 @@
 //
 // Libraries: OpenBLAS (cblas_sgemm; threads from openblas_set_num_threads),
 // BLIS (typed API bli_sgemm_ex with an explicit thread count), oneDNN
-// (dnnl_sgemm, and the matmul primitive for fp32 and bf16), and the engine's
+// (dnnl_sgemm, the same cut into dynamically scheduled tiles, and the matmul
+// primitive for fp32 and bf16), and the engine's
 // own ctrl::cpu::gemm_f32 / gemm_bf16 for comparison.
 //
-// Usage: gemm_libs [--threads 1,2] [--libs openblas,blis,dnnl_sgemm,dnnl_matmul,ctrl]
-//                  [--seconds 0.1] [--rounds 3] [--shapes substring]
+// Usage: gemm_libs [--threads 1,2] [--libs openblas,blis,dnnl_sgemm,dnnl_tiled,dnnl_matmul,ctrl]
+//                  [--seconds 0.1] [--rounds 3] [--shapes substring] [--model small|tiny]
 //                  [--idle-wait S]   (before each timing, wait up to S seconds
 //                                     until no other process is runnable; rows
 //                                     timed on a busy machine are marked '*')
@@ -66,9 +67,12 @@ struct Shape {
   int heads;  // > 0: `heads` independent products inside one omp parallel for
 };
 
-// The products of one training step of `small`, plus attention and a square.
-std::vector<Shape> shapes() {
-  const int64_t T = 2048, D = 384, F = 1536, V = 32000;
+// The products of one training step of `small` (or of `tiny` at the
+// shared-machine benchmark's micro-batch of 8), plus attention and a square.
+std::vector<Shape> shapes(bool tiny) {
+  const int64_t T = tiny ? 1024 : 2048, D = tiny ? 256 : 384, F = 4 * D, V = tiny ? 8000 : 32000;
+  const int64_t ctx = tiny ? 128 : 256, heads = tiny ? 32 : 48;  // B*H products of ctx x ctx, head dim 64
+  const std::string h = " x" + std::to_string(heads) + " heads";
   return {
       {"qkv/proj fwd  x.W^T", false, true, T, D, D, 0.f, 0},
       {"qkv/proj dx   dy.W", false, false, T, D, D, 0.f, 0},
@@ -80,9 +84,9 @@ std::vector<Shape> shapes() {
       {"logits fwd    x.E^T", false, true, T, V, D, 0.f, 0},
       {"logits dx     dy.E", false, false, T, D, V, 0.f, 0},
       {"logits dE     dy^T.x", true, false, V, D, T, 1.f, 0},
-      {"attn q.k^T  x48 heads", false, true, 256, 256, 64, 0.f, 48},
-      {"attn p.v    x48 heads", false, false, 256, 64, 256, 0.f, 48},
-      {"attn dp^T.q x48 heads", true, false, 256, 64, 256, 0.f, 48},
+      {"attn q.k^T " + h, false, true, ctx, ctx, 64, 0.f, int(heads)},
+      {"attn p.v   " + h, false, false, ctx, 64, ctx, 0.f, int(heads)},
+      {"attn dp^T.q" + h, true, false, ctx, 64, ctx, 0.f, int(heads)},
       {"square 2048^3", false, false, 2048, 2048, 2048, 0.f, 0},
   };
 }
@@ -133,6 +137,16 @@ DnnlMatmul make_matmul(const Shape& s, bool bf16) {
   m.scratch_bytes = pd.scratchpad_desc().get_size();
   m.create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return m;
+}
+
+// oneDNN builds without bf16 matmul kernels for CPUs below AVX-512 (AVX2 only).
+bool bf16_matmul_available() {
+  try {
+    make_matmul(Shape{"probe", false, false, 16, 16, 16, 0.f, 0}, true);
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
+  }
 }
 
 void run_matmul(const DnnlMatmul& m, const Shape& s, bool bf16, const void* A, const void* B,
@@ -245,6 +259,7 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   std::string libs_arg = "openblas,blis,dnnl_sgemm,dnnl_matmul,ctrl";
   std::string shape_filter;
+  bool tiny = false;
   double secs = 0.1;
   int rounds = 3;
   double idle_wait = 0;  // seconds to wait for an idle machine before each timing
@@ -263,6 +278,12 @@ int main(int argc, char** argv) {
       rounds = std::max(1, std::atoi(v.c_str()));
     } else if (k == "--shapes") {
       shape_filter = v;
+    } else if (k == "--model") {
+      if (v != "small" && v != "tiny") {
+        std::fprintf(stderr, "gemm_libs: --model %s: expected small or tiny\n", v.c_str());
+        return 2;
+      }
+      tiny = v == "tiny";
     } else {
       std::fprintf(stderr, "gemm_libs: unknown flag %s\n", k.c_str());
       return 2;
@@ -328,8 +349,34 @@ int main(int argc, char** argv) {
                                  static_cast<const float*>(B), cols_b(s), s.beta, C, s.N);
                     },
                     nullptr});
+  // dnnl_tiled: C cut into fixed tiles (at most 256 x 512), each a
+  // single-threaded dnnl_sgemm, handed out dynamically: a thread whose core is
+  // shared with another process takes fewer tiles (the shared-machine
+  // question), and the bits no longer depend on the thread count.
+  if (want("dnnl_tiled"))
+    libs.push_back({"dnnl_tiled", false,
+                    [&](const Shape& s, const void* A, const void* B, float* C) {
+                      const int64_t lda = cols_a(s), ldb = cols_b(s);
+                      const int64_t tm = (s.M + 255) / 256, tn = (s.N + 511) / 512;
+                      const int64_t mb = (s.M + tm - 1) / tm, nb = (s.N + tn - 1) / tn;
+                      const float* a0 = static_cast<const float*>(A);
+                      const float* b0 = static_cast<const float*>(B);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(inner_threads())
+                      for (int64_t t = 0; t < tm * tn; ++t) {
+                        const int64_t i0 = t / tn * mb, j0 = t % tn * nb;
+                        const int64_t m = std::min(mb, s.M - i0), n = std::min(nb, s.N - j0);
+                        dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', m, n, s.K, 1.f,
+                                   s.ta ? a0 + i0 : a0 + i0 * lda, lda, s.tb ? b0 + j0 * ldb : b0 + j0,
+                                   ldb, s.beta, C + i0 * s.N + j0, s.N);
+                      }
+                    },
+                    nullptr});
   for (bool bf16 : {false, true}) {
     if (!want("dnnl_matmul")) break;
+    if (bf16 && !bf16_matmul_available()) {
+      std::printf("dnnl_matmul_bf16 skipped: oneDNN has no bf16 matmul for this CPU\n");
+      continue;
+    }
     libs.push_back({bf16 ? "dnnl_matmul_bf16" : "dnnl_matmul", bf16,
                     [&, bf16](const Shape& s, const void* A, const void* B, float* C) {
                       run_matmul(mm_cache.at(key(s, bf16)), s, bf16, A, B, C);
@@ -367,7 +414,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<Shape> all;
-  for (auto& s : shapes())
+  for (auto& s : shapes(tiny))
     if (shape_filter.empty() || s.name.find(shape_filter) != std::string::npos) all.push_back(s);
 
   for (int nt : threads) {
