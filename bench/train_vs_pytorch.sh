@@ -104,6 +104,8 @@ done
 
 "$PY" - "$out" "$PRESETS" "$PRECISIONS" "ctrl $PEERS" <<'EOF'
 import glob, json, os, statistics, sys
+sys.path.insert(0, "bench")
+from bar_chart import bars_svg
 out, presets, precisions, whos = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4].split()
 machine = dict(line.rstrip("\n").split("=", 1) for line in open(os.path.join(out, "machine.txt")))
 runs = {}
@@ -148,26 +150,7 @@ report = "\n".join(lines) + "\n"
 open(os.path.join(out, "train-vs-pytorch.md"), "w").write(report)
 print(report)
 
-# Bars per preset and precision, as a share of the group's fastest run; ctrl in red.
-row, gap, x0, width = 22, 18, 170, 520
-height = 40 + sum(len(g) * row + gap for _, g in groups)
-svg = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{x0 + width + 160}' height='{height}' "
-       "font-family='sans-serif' font-size='12'>", "<rect width='100%' height='100%' fill='white'/>",
-       f"<text x='10' y='22' font-size='14'>training tokens/s, ctrl and PyTorch {machine['torch']} "
-       f"({machine['cpu']}, {machine['cpus']} CPUs)</text>"]
-y = 40
-for name, values in groups:
-    top = max(values.values())
-    svg.append(f"<text x='10' y='{y + 14}' font-weight='bold'>{name}</text>")
-    for who, v in values.items():
-        w = width * v / top
-        color = "#d62728" if who == "ctrl" else "#1f77b4"
-        svg.append(f"<text x='{x0 - 6}' y='{y + 15}' text-anchor='end'>{who}</text>")
-        svg.append(f"<rect x='{x0}' y='{y + 3}' width='{w:.1f}' height='{row - 6}' fill='{color}'/>")
-        svg.append(f"<text x='{x0 + w + 4:.1f}' y='{y + 15}'>{v:,.0f}</text>")
-        y += row
-    y += gap
-svg.append("</svg>")
-open(os.path.join(out, "train-vs-pytorch.svg"), "w").write("\n".join(svg) + "\n")
+title = f"training tokens/s, ctrl and PyTorch {machine['torch']} ({machine['cpu']}, {machine['cpus']} CPUs)"
+open(os.path.join(out, "train-vs-pytorch.svg"), "w").write(bars_svg(title, groups))
 print(f"chart: {os.path.join(out, 'train-vs-pytorch.svg')}", file=sys.stderr)
 EOF

@@ -22,7 +22,7 @@ const char* kUsage =
     "synthetic tokens, after --warmup untimed steps (default 2; --steps default 10), and prints\n"
     "it/s, tokens/s, achieved FLOP/s and its share of this machine's measured GEMM peak (of the\n"
     "precision, --set train.precision=bf16 for mixed precision),\n"
-    "peak memory, and the CPU and thread count. --profile adds the time spent in each op.\n";
+    "peak memory (and on a GPU its peak device memory), and the CPU and thread count. --profile adds the time spent in each op.\n";
 
 int run(const std::vector<std::string>& argv) {
   Args args("bench", kUsage);
@@ -68,7 +68,7 @@ int run(const std::vector<std::string>& argv) {
     if (s >= warmup) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   // Training's peak, read before the GEMM peak measurement below allocates its own matrices.
-  const uint64_t peak_rss = peak_rss_bytes();
+  const uint64_t peak_rss = peak_rss_bytes(), peak_device = ops->peak_device_bytes();
   const double tokens_per_s = double(steps * B * T) / seconds;
   // Model FLOPs (the MFU basis) and what the hardware ran, recomputation included.
   const double flops = train_flops_per_token(m) * tokens_per_s;
@@ -92,6 +92,7 @@ int run(const std::vector<std::string>& argv) {
   j["gemm_peak_gflops"] = peak / 1e9;
   j["share_of_gemm_peak"] = flops / peak;
   j["peak_rss_bytes"] = peak_rss;
+  if (peak_device > 0) j["peak_device_bytes"] = peak_device;
   j["final_loss"] = loss;
   j["cpu"] = cpu_model();
   j["threads"] = ops->threads();
@@ -114,6 +115,7 @@ int run(const std::vector<std::string>& argv) {
     std::printf("  activations %.1f MiB, parameters %.1f MiB\n", double(model.activation_layout().bytes()) / (1 << 20),
                 double(model.layout().total * sizeof(float)) / (1 << 20));
     std::printf("  peak memory %.0f MiB\n", double(peak_rss) / (1 << 20));
+    if (peak_device > 0) std::printf("  peak device memory %.0f MiB\n", double(peak_device) / (1 << 20));
     if (!note.empty()) std::printf("  note: %s\n", note.c_str());
   }
   if (args.has("profile"))

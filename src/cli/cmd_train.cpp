@@ -16,7 +16,7 @@ const char* kUsage =
     "usage: ctrl train --config FILE|PRESET --out RUN_DIR [--data DIR] [--set section.key=value]... [--resume]\n"
     "                  [--zero 0|1] [--timeout SECONDS] [--device cpu|checked|cuda[:N]]\n"
     "                  [--teacher CKPT [--distill-alpha A] [--distill-temperature TAU]]\n\n"
-    "Trains a CTRL model. PRESET is tiny, small, base or ctrl; a TOML file has [model] and [train] tables\n"
+    "Trains a CTRL model. PRESET is tiny, small, base, medium or ctrl; a TOML file has [model] and [train] tables\n"
     "(and may start with preset = \"small\"). --data DIR is a corpus from `ctrl prepare` (same as\n"
     "--set train.data=DIR); without it the model trains on synthetic random tokens.\n"
     "RUN_DIR receives config.json, metrics.jsonl (one JSON line per logged step), loss.svg and\n"
@@ -97,7 +97,7 @@ int run(const std::vector<std::string>& argv) {
   return 0;
 }
 
-CommandRegistration registration({"train", "train a model (presets tiny, small, base, ctrl, or a TOML config)", run});
+CommandRegistration registration({"train", "train a model (presets tiny, small, base, medium, ctrl, or a TOML config)", run});
 
 }  // namespace
 }  // namespace ctrl::cli

@@ -141,28 +141,32 @@ Config preset(const std::string& name) {
   } else if (name == "base") {
     m.vocab_size = 32000, m.n_layer = 12, m.d_model = 768, m.n_head = 12, m.d_ff = 3072, m.n_ctx = 256;
     t.lr = 3e-4, t.micro_batch = 8, t.global_batch = 256, t.steps = 100000, t.warmup_steps = 2000;
+  } else if (name == "medium") {
+    // A 350M-class model (GPT-2 medium's shape), the GPU benchmark's second size.
+    m.vocab_size = 32000, m.n_layer = 24, m.d_model = 1024, m.n_head = 16, m.d_ff = 4096, m.n_ctx = 256;
+    t.lr = 3e-4, t.micro_batch = 8, t.global_batch = 256, t.steps = 100000, t.warmup_steps = 2000;
   } else if (name == "ctrl") {
     // Keskar et al. 2019: Adagrad, lr 0.05 after linear warmup, no decay, clip 0.25, batch 1024.
     m.vocab_size = 246534, m.n_layer = 48, m.d_model = 1280, m.n_head = 16, m.d_ff = 8192, m.n_ctx = 256;
     t.optimizer = "adagrad", t.lr = 0.05, t.schedule = "warmup", t.warmup_steps = 25000;
     t.clip_norm = 0.25, t.micro_batch = 4, t.global_batch = 1024, t.steps = 800000;
   } else {
-    fail("unknown preset '" + name + "' (expected tiny, small, base, ctrl or a .toml file)");
+    fail("unknown preset '" + name + "' (expected tiny, small, base, medium, ctrl or a .toml file)");
   }
   return c;
 }
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"tiny", "small", "base", "ctrl"}; }
+std::vector<std::string> preset_names() { return {"tiny", "small", "base", "medium", "ctrl"}; }
 
 Config load_config(const std::string& source) {
   for (const auto& p : preset_names())
     if (source == p) return preset(p);
   if (!file_exists(source))
-    fail(source + ": no such config file or preset (presets: tiny, small, base, ctrl)");
+    fail(source + ": no such config file or preset (presets: tiny, small, base, medium, ctrl)");
   if (!std::filesystem::is_regular_file(source))
-    fail(source + ": not a regular file; expected a TOML config file or a preset (tiny, small, base, ctrl)");
+    fail(source + ": not a regular file; expected a TOML config file or a preset (tiny, small, base, medium, ctrl)");
   toml::table tbl;
   try {
     tbl = toml::parse_file(source);

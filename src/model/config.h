@@ -70,7 +70,7 @@ struct Config {
   std::string preset;  // name it started from, for messages
 };
 
-// Names of the built-in presets: tiny, small, base, ctrl.
+// Names of the built-in presets: tiny, small, base, medium, ctrl.
 std::vector<std::string> preset_names();
 // A preset by name, or the TOML file at that path ([model] and [train] tables).
 // Throws ctrl::Error naming the file, key and expectation on any problem.

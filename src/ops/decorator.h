@@ -36,6 +36,7 @@ class OpsDecorator : public Ops {
   void begin_host_access(const void* p) override { inner_->begin_host_access(p); }
   void end_host_access(const void* p) override { inner_->end_host_access(p); }
   bool host_memory() const override { return inner_->host_memory(); }
+  uint64_t peak_device_bytes() const override { return inner_->peak_device_bytes(); }
 
   void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
                       int64_t Din) override {

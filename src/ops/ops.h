@@ -116,6 +116,10 @@ class Ops {
   // lend (cpu, checked); false for device memory (cuda), which a
   // multi-rank run would need a device communicator (NCCL) for.
   virtual bool host_memory() const { return true; }
+  // High-water mark of the device memory this backend allocated (buffers,
+  // scratch, library workspace; not the driver's context), for ctrl bench;
+  // 0 for backends whose memory is host memory (see peak resident memory).
+  virtual uint64_t peak_device_bytes() const { return 0; }
   // What a user should know about running products in `low` precision on this
   // backend's hardware (emulated, or no faster than fp32), or "" when it runs natively.
   virtual std::string precision_note(DType low) const = 0;

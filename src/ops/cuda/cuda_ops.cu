@@ -47,7 +47,7 @@ CudaOps::CudaOps(int device) : device_(device) {
   CTRL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   init_gemm();
   workspace_bytes_ = size_t(32) << 20;
-  CTRL_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
+  workspace_ = device_malloc(workspace_bytes_, "the cuBLASLt workspace");
 }
 
 double CudaOps::measure_peak_gflops(bool bf16, double seconds) {
@@ -95,18 +95,32 @@ CudaOps::~CudaOps() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void* CudaOps::allocate(size_t bytes, const char* name) {
-  if (bytes == 0) return nullptr;
+void* CudaOps::device_malloc(size_t bytes, const std::string& what) {
   CTRL_CUDA(cudaSetDevice(device_));
   void* p = nullptr;  // cudaMalloc aligns to at least 256 bytes
-  const cudaError_t e = cudaMalloc(&p, bytes);
-  if (e != cudaSuccess) {
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
     cudaGetLastError();
     size_t free_bytes = 0, total = 0;
     cudaMemGetInfo(&free_bytes, &total);
-    fail(std::string("cuda: out of device memory allocating '") + name + "' (" + std::to_string(bytes >> 20) +
-         " MiB; " + std::to_string(free_bytes >> 20) + " of " + std::to_string(total >> 20) + " MiB free)");
+    fail("cuda: out of device memory allocating " + what + " (" + std::to_string(bytes >> 20) + " MiB; " +
+         std::to_string(free_bytes >> 20) + " of " + std::to_string(total >> 20) + " MiB free)");
   }
+  sizes_[p] = bytes;
+  live_bytes_ += bytes;
+  peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+  return p;
+}
+
+void CudaOps::device_free(void* p) {
+  if (!p) return;
+  CTRL_CUDA(cudaFree(p));
+  const auto it = sizes_.find(p);
+  if (it != sizes_.end()) live_bytes_ -= it->second, sizes_.erase(it);
+}
+
+void* CudaOps::allocate(size_t bytes, const char* name) {
+  if (bytes == 0) return nullptr;
+  void* p = device_malloc(bytes, std::string("'") + name + "'");
   CTRL_CUDA(cudaMemsetAsync(p, 0, bytes, stream_));  // ordered before every later op on the stream
   return p;
 }
@@ -115,7 +129,7 @@ void CudaOps::release(void* p) {
   if (!p) return;
   cudaSetDevice(device_);
   cudaStreamSynchronize(stream_);  // no queued op may still use it
-  CTRL_CUDA(cudaFree(p));
+  device_free(p);
 }
 
 void CudaOps::upload(void* dst, const void* host_src, size_t bytes) {
@@ -143,14 +157,10 @@ std::string CudaOps::precision_note(DType low) const {
 void* CudaOps::scratch(Slot slot, size_t bytes) {
   if (bytes <= slot_bytes_[slot]) return slots_[slot];
   CTRL_CUDA(cudaStreamSynchronize(stream_));  // earlier ops may still read the old buffer
-  if (slots_[slot]) CTRL_CUDA(cudaFree(slots_[slot]));
+  device_free(slots_[slot]);
   slots_[slot] = nullptr, slot_bytes_[slot] = 0;
   const size_t rounded = (bytes + 255) / 256 * 256;
-  if (cudaMalloc(&slots_[slot], rounded) != cudaSuccess) {
-    cudaGetLastError();
-    slots_[slot] = nullptr;
-    fail("cuda: out of device memory for " + std::to_string(rounded >> 20) + " MiB of op scratch");
-  }
+  slots_[slot] = device_malloc(rounded, "op scratch");
   slot_bytes_[slot] = rounded;
   return slots_[slot];
 }
@@ -162,9 +172,9 @@ const float* CudaOps::positions(int64_t T, int64_t D) {
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t c = 0; c < D; ++c) host[size_t(t * D + c)] = sinusoid(t, c, D);
   CTRL_CUDA(cudaStreamSynchronize(stream_));
-  if (positions_) CTRL_CUDA(cudaFree(positions_));
+  device_free(positions_);
   positions_ = nullptr;
-  CTRL_CUDA(cudaMalloc(&positions_, host.size() * sizeof(float)));
+  positions_ = static_cast<float*>(device_malloc(host.size() * sizeof(float), "the position table"));
   CTRL_CUDA(cudaMemcpy(positions_, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
   positions_T_ = rows, positions_D_ = D;
   return positions_;

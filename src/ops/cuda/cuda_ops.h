@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
@@ -55,6 +56,7 @@ class CudaOps final : public Ops {
   // Device memory cannot be lent to a host data plane: a communicator over
   // more than one rank needs NCCL (the trainer refuses that combination).
   bool host_memory() const override { return false; }
+  uint64_t peak_device_bytes() const override { return peak_bytes_; }
   std::string precision_note(DType low) const override;
   void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
                       int64_t Din) override;
@@ -124,6 +126,10 @@ class CudaOps final : public Ops {
   GemmPlan* plan(const std::string& key, bool* found);
   void init_gemm();     // loads cuBLASLt (libcublasLt.so.13 or .12) and makes the handle
   void release_gemm();  // the plans and the handle
+  // Every device buffer comes from here, so that peak_device_bytes() sees it;
+  // out of memory is a one-line error naming `what`.
+  void* device_malloc(size_t bytes, const std::string& what);
+  void device_free(void* p);
   int device_ = 0, sm_major_ = 0, sm_minor_ = 0;
   bool tf32_ = false;
   cudaStream_t stream_ = nullptr;
@@ -139,6 +145,8 @@ class CudaOps final : public Ops {
   std::vector<UpdateSegment> segments_host_;
   void* segments_dev_ = nullptr;
   size_t segments_capacity_ = 0;
+  std::unordered_map<const void*, size_t> sizes_;
+  uint64_t live_bytes_ = 0, peak_bytes_ = 0;
   const void* segment_table(const std::vector<UpdateSegment>& segments);
 };
 

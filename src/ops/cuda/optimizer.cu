@@ -87,9 +87,9 @@ const void* CudaOps::segment_table(const std::vector<UpdateSegment>& segments) {
   const size_t bytes = table.size() * sizeof(Segment);
   CTRL_CUDA(cudaStreamSynchronize(stream_));  // an earlier update may still read the old table
   if (bytes > segments_capacity_) {
-    if (segments_dev_) CTRL_CUDA(cudaFree(segments_dev_));
+    device_free(segments_dev_);
     segments_dev_ = nullptr;
-    CTRL_CUDA(cudaMalloc(&segments_dev_, bytes));
+    segments_dev_ = device_malloc(bytes, "the optimizer's segment table");
     segments_capacity_ = bytes;
   }
   CTRL_CUDA(cudaMemcpy(segments_dev_, table.data(), bytes, cudaMemcpyHostToDevice));
