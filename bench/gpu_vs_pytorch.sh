@@ -21,9 +21,10 @@
 #
 # Knobs (environment): PRESETS="medium base" PRECISIONS="bf16" (add fp16 fp32
 # for the seed's question) PEERS="eager compile" BATCH=32 STEPS=20 WARMUP=5
-# ROUNDS=1 DEVICE=cuda CTRL=build/ctrl PY (default .venv/bin/python, else
+# ROUNDS=1 DEVICE=cuda CTRL=build/ctrl COMMIT (default: git's) PY (default .venv/bin/python, else
 # python3) GPU=<ctrl plan's name, e.g. H200> (default: from nvidia-smi)
-# RESULTS=<folder>. DEVICE=cpu runs the same comparison on the CPU (no MFU),
+# RESULTS=<folder>. REPORT_ONLY=1 runs nothing and makes the report from the
+# JSON already in RESULTS (after an interrupted run). DEVICE=cpu runs the same comparison on the CPU (no MFU),
 # which is how the script itself is tested without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,17 +83,25 @@ fi
 
 out=${RESULTS:-$(mktemp -d)}
 mkdir -p "$out"
-{
+[ "${REPORT_ONLY:-0}" = 1 ] && [ -f "$out/machine.txt" ] || {
   echo "gpu=$gpu_name"
   echo "plan_gpu=${GPU:-}"
   echo "driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 || true)"
   echo "cpu=$(lscpu | sed -n 's/^Model name: *//p')"
-  echo "commit=$(git rev-parse --short HEAD 2>/dev/null || sed -n 's/^commit[ =:]*//p' build-info.txt 2>/dev/null || echo unknown)"
+  echo "commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   echo "date=$(date -u +%Y-%m-%d)"
   echo "command=$command_line"
   echo "torch=$("$PY" -c 'import torch; print(torch.__version__)')"
   echo "ctrl=$("$CTRL" --version 2>&1 | head -1)"
+  echo "presets=$PRESETS"
+  echo "precisions=$PRECISIONS"
+  echo "peers=$PEERS"
 } >"$out/machine.txt"
+if [ "${REPORT_ONLY:-0}" = 1 ]; then  # what the interrupted run was asked for
+  PRESETS=$(sed -n 's/^presets=//p' "$out/machine.txt")
+  PRECISIONS=$(sed -n 's/^precisions=//p' "$out/machine.txt")
+  PEERS=$(sed -n 's/^peers=//p' "$out/machine.txt")
+fi
 echo "gpu_vs_pytorch: results in $out ($gpu_name)" >&2
 
 # Model FLOPs per token and the datasheet peak (TFLOP/s) for a preset and precision.
@@ -126,6 +135,7 @@ run_one() {
 
 read -ra order <<<"ctrl $PEERS"
 n=${#order[@]}
+[ "${REPORT_ONLY:-0}" = 1 ] && ROUNDS=0
 for round in $(seq 1 "$ROUNDS"); do
   for preset in $PRESETS; do
     for prec in $PRECISIONS; do

@@ -12,6 +12,13 @@
 # ctrl bench --device cuda on tiny and small in fp32 and bf16, base in bf16. A phase that
 # fails or times out is recorded and the next one still runs.
 # Without a GPU it stops after the first phase with "no CUDA device".
+#
+# PHASES (default "ops suite bench") picks phases after the machine's; "peer"
+# runs bench/gpu_vs_pytorch.sh (ctrl against PyTorch eager AMP and
+# torch.compile on medium and base in bf16, then base in fp16 and fp32) with
+# this machine's python3, under PEER_SECONDS (default 420). It does not fit in
+# one 10-minute device call with the others: run it as a second call,
+#   PHASES=peer bash scripts/gpu_check.sh BUNDLE
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle=${1:-build-gpu/ctrl-gpu-bundle.tar.xz}
@@ -83,6 +90,8 @@ if ! "$work/run/ctrl" --version >"$out/version.txt" 2>&1 && grep -q GLIBC "$out/
   done
   "$work/run/ctrl" --version >"$out/version.txt" 2>&1
 fi
+PHASES=${PHASES:-ops suite bench}
+want() { [[ " $PHASES " == *" $1 "* ]]; }
 export CTRL_TEST_BINARY=$work/run/ctrl CTRL_TEST_SOURCE_DIR=$work OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 
 {
@@ -146,8 +155,8 @@ phase() {
 # fallback kernel), which tells a cuBLASLt problem from a kernel problem.
 ops_filter='Backends/OpTable.*/cuda:Devices/EveryBackend.*/cuda:Backend.*'
 # CTRL_CUDA_VERBOSE names every product shape cuBLASLt had no algorithm for (in ops.log).
-phase ops 75 env CTRL_CUDA_VERBOSE=1 "$work/run/ctrl_tests" --gtest_filter="$ops_filter" --gtest_output="json:$out/ops.json"
-if ! grep -q '^| ops | ok' "$results"; then
+want ops && phase ops 75 env CTRL_CUDA_VERBOSE=1 "$work/run/ctrl_tests" --gtest_filter="$ops_filter" --gtest_output="json:$out/ops.json"
+if want ops && ! grep -q '^| ops | ok' "$results"; then
   phase ops_without_cublaslt 60 env CTRL_CUDA_NO_CUBLASLT=1 "$work/run/ctrl_tests" --gtest_filter="$ops_filter" \
     --gtest_output="json:$out/ops_without_cublaslt.json"
 fi
@@ -155,14 +164,14 @@ fi
 # Phase 3: the model-level suite on the CUDA backend (CMakeLists.txt's
 # cuda_suite filter), in four parts so that one part's timeout keeps the
 # others' reports.
-suite() { phase "$1" "$2" env CTRL_DEVICE=cuda "$work/run/ctrl_tests" --gtest_filter="$3" --gtest_output="json:$out/$1.json"; }
+suite() { want suite && phase "$1" "$2" env CTRL_DEVICE=cuda "$work/run/ctrl_tests" --gtest_filter="$3" --gtest_output="json:$out/$1.json"; }
 suite suite_train 60 'Trainer*:Checkpoint*:Clip*'
 suite suite_mixed 50 'MixedPrecision*'
 suite suite_hf 45 'HuggingFace*:Generator*:Oracle/*:ToyTask*:Plan.*:ControlCodes*:ControlAccuracy*'
 suite suite_grad 55 'GradCheck.WholeModel*:GradCheck.ParameterGradients*:GradCheck.MicroBatches*:Variants/DoubleReference*:Lighter*'
 
 # Phase 4: throughput (bench/results takes these JSON files).
-for run in tiny:fp32 tiny:bf16 small:fp32 small:bf16 base:bf16; do
+want bench && for run in tiny:fp32 tiny:bf16 small:fp32 small:bf16 base:bf16; do
   cfg=${run%:*} prec=${run#*:}
   (
     name=bench_${cfg}_${prec}
@@ -177,6 +186,21 @@ print("|  | " + ", ".join(f"{k} {j[k]:.4g}" if isinstance(j.get(k), float) else 
 PY
   )
 done
+
+# Phase 5: ctrl against PyTorch, the most important runs first (a timeout keeps
+# the JSON of those that finished; the report is then made from them).
+if want peer; then
+  commit=$(sed -n 's/^commit[ =:]*//p' "$work/build-info.txt")
+  peer=(env CTRL="$work/run/ctrl" PY=python3 COMMIT="$commit")
+  phase peer_bf16 "${PEER_SECONDS:-420}" "${peer[@]}" RESULTS="$out/peer_bf16" PRESETS="medium base" \
+    PRECISIONS=bf16 PEERS="eager compile" bash bench/gpu_vs_pytorch.sh
+  phase peer_fp16 120 "${peer[@]}" RESULTS="$out/peer_fp16" PRESETS=base PRECISIONS="fp16 fp32" PEERS=eager \
+    bash bench/gpu_vs_pytorch.sh
+  for d in "$out"/peer_bf16 "$out"/peer_fp16; do  # a run cut by its timeout: the report from what finished
+    [[ -d $d && ! -f $d/gpu-vs-pytorch.md ]] && "${peer[@]}" RESULTS="$d" REPORT_ONLY=1 bash bench/gpu_vs_pytorch.sh >/dev/null 2>&1
+  done
+  for f in "$out"/peer_*/gpu-vs-pytorch.md; do [[ -f $f ]] && { echo; cat "$f"; } >>"$results"; done
+fi
 
 log "done in $(( $(date +%s) - t0 ))s; table: $results"
 cat "$results"
