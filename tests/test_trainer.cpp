@@ -29,6 +29,21 @@ TEST(Trainer, ResumeReproducesTheUninterruptedRunBitForBit) {
   }
 }
 
+// ZeRO-1 on one rank shards nothing, so it must train exactly as ZeRO-0. On
+// the cuda backend (the GPU check's CTRL_DEVICE=cuda) this is the one-rank
+// NCCL test: --zero 1 hands device memory to the NCCL communicator.
+TEST(Trainer, ZeroOneOnOneRankTrainsExactlyAsZeroZero) {
+  const Config c = small_config(5);
+  Trainer plain(c, TrainerOptions{fresh_dir("zero0"), false, true});
+  plain.run();
+  TrainerOptions o{fresh_dir("zero1"), false, true};
+  o.zero = 1;
+  Trainer sharded(c, o);
+  sharded.run();
+  EXPECT_EQ(sharded.step_losses(), plain.step_losses());
+  EXPECT_TRUE(sharded.model().params.to_host() == plain.model().params.to_host());
+}
+
 TEST(Trainer, KeepsTheLastCheckpointsAndRefusesToOverwriteARun) {
   Config c = small_config(9);
   c.train.keep_checkpoints = 2;

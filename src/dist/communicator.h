@@ -1,8 +1,9 @@
 // The communicator: collectives for data-parallel training across processes
 // and machines. One process per rank; the trainer calls these in the same
-// order on every rank (the usual MPI rule). Two implementations: a single
-// process (every collective is an identity) and MPI (mpi_communicator.cpp,
-// built when CMake finds MPI and then CTRL_HAVE_MPI is defined).
+// order on every rank (the usual MPI rule). Three implementations: a single
+// process (every collective is an identity), MPI (mpi_communicator.cpp,
+// built when CMake finds MPI and then CTRL_HAVE_MPI is defined), and NCCL for
+// device memory over either of them (nccl_communicator.cpp, CTRL_HAVE_NCCL).
 //
 // Threading: the MPI communicator runs every MPI call on one communication
 // thread of its own, in the order the calls were issued, so an all-reduce
@@ -14,7 +15,7 @@
 // Control plane and data plane. The methods are the host's control plane:
 // the trainer decides what to reduce and when. The float pointers are the
 // data plane: backend memory (ops/ops.h) that the backend's ops write. The
-// contract, which a NCCL communicator will keep with streams:
+// contract, which the NCCL communicator keeps with its stream:
 //  - A buffer is handed to a collective only after a fence says the ops that
 //    wrote it have finished: the trainer calls Ops::synchronize() before
 //    all_reduce_sum_start on a gradient bucket, before reduce_scatter_sum and
@@ -85,6 +86,14 @@ std::unique_ptr<Communicator> make_communicator(double timeout_seconds = 300);
 
 // The single-process communicator, whatever the environment (for tools and tests).
 std::unique_ptr<Communicator> make_single_communicator();
+
+#ifdef CTRL_HAVE_NCCL
+// The device data plane for the cuda backend, one rank per GPU (nccl_communicator.cpp):
+// collectives on device memory run through NCCL on GPU `device`; host memory
+// and the control plane go to `host`, which also bootstraps NCCL and must
+// outlive the result. Throws ctrl::Error when libnccl.so.2 cannot be opened.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int device);
+#endif
 
 #ifdef CTRL_HAVE_MPI
 // Defined in mpi_communicator.cpp; used by make_communicator.

@@ -13,9 +13,18 @@ namespace ctrl {
 
 namespace {
 
-// "cuda" is GPU 0, "cuda:N" GPU N; -1 when `name` is neither.
-int cuda_index(const std::string& name) {
-  if (name == "cuda") return 0;
+// The rank's index among the ranks on its machine, as the MPI launcher
+// (Open MPI, MPICH/Hydra) or Slurm announces it; 0 when not launched by one.
+int local_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
+// "cuda" is the rank's own GPU (its local rank modulo the GPUs: one rank per
+// GPU; GPU 0 outside a launcher), "cuda:N" GPU N; -1 when `name` is neither.
+int cuda_index(const std::string& name, int gpus) {
+  if (name == "cuda") return gpus > 0 ? local_rank() % gpus : 0;
   if (name.rfind("cuda:", 0) != 0 || name.size() == 5 || name.size() > 8) return -1;
   int n = 0;
   for (size_t i = 5; i < name.size(); ++i) {
@@ -42,9 +51,13 @@ std::unique_ptr<Ops> make_ops(const std::string& device, int threads) {
   const std::string from_env = env && name == env ? " (from CTRL_DEVICE)" : "";
   if (name == "cpu" || name.empty()) return std::make_unique<cpu::CpuOps>(threads);
   if (name == "checked") return make_checked_ops(std::make_unique<cpu::CpuOps>(threads));
-  if (const int gpu = cuda_index(name); gpu >= 0) {
 #ifdef CTRL_HAVE_CUDA
-    const int count = cuda::device_count();
+  const int count = name.rfind("cuda", 0) == 0 ? cuda::device_count() : 0;
+#else
+  const int count = 0;
+#endif
+  if (const int gpu = cuda_index(name, count); gpu >= 0) {
+#ifdef CTRL_HAVE_CUDA
     if (count == 0) fail("device '" + name + "'" + from_env + ": no CUDA device found (no GPU, or no NVIDIA driver)");
     if (gpu >= count)
       fail("device '" + name + "'" + from_env + ": this machine has " + std::to_string(count) +

@@ -37,6 +37,7 @@ class OpsDecorator : public Ops {
   void end_host_access(const void* p) override { inner_->end_host_access(p); }
   bool host_memory() const override { return inner_->host_memory(); }
   uint64_t peak_device_bytes() const override { return inner_->peak_device_bytes(); }
+  int gpu() const override { return inner_->gpu(); }
 
   void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
                       int64_t Din) override {

@@ -202,14 +202,20 @@ void Trainer::open_data(const Checkpoint* checkpoint) {
 void Trainer::build_engine(const Checkpoint* teacher) {
   const auto& t = config_.train;
   ops_ = make_ops(t.device, int(t.threads));
-  // The communicators' data plane reads gradients and parameters on the host
-  // (dist/communicator.h); device memory needs a device communicator (NCCL),
-  // which does not exist yet. Every rank fails here alike, before any collective.
+  // The host communicators' data plane reads gradients and parameters on the
+  // host (dist/communicator.h); device memory takes NCCL, bootstrapped over
+  // the host communicator. Every rank decides alike, before any collective.
   const int64_t ranks = comm_->size();
-  if (!ops_->host_memory() && (ranks > 1 || options_.zero == 1))
-    fail(std::string("--device ") + t.device + " trains on one rank for now: " +
+  if (!ops_->host_memory() && (ranks > 1 || options_.zero == 1)) {
+#ifdef CTRL_HAVE_NCCL
+    device_comm_ = make_nccl_communicator(*comm_, ops_->gpu());
+    comm_ = device_comm_.get();
+#else
+    fail(std::string("--device ") + t.device + " with " +
          (ranks > 1 ? std::to_string(ranks) + " ranks" : std::string("--zero 1")) +
-         " would hand device memory to the host-memory MPI data plane (an NCCL communicator is not written yet)");
+         " needs the NCCL communicator, and this build has none (rebuild where nccl.h is installed)");
+#endif
+  }
   model_ = std::make_unique<Model>(config_.model, *ops_, t.micro_batch, activation_dtype(t.precision));
   if (teacher) {  // forward only: no gradients, one layer's activations at a time, the student's precision
     teacher_ = std::make_unique<Model>(plan::teacher_forward_config(teacher->config().model), *ops_, t.micro_batch,

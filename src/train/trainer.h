@@ -70,6 +70,7 @@ class Trainer {
   TrainerOptions options_;
   std::unique_ptr<Communicator> own_comm_;
   Communicator* comm_ = nullptr;
+  std::unique_ptr<Communicator> device_comm_;  // NCCL over the host communicator, for a GPU backend
   // The backend: declared before every buffer it allocated, so it outlives them.
   std::unique_ptr<Ops> ops_;
   DeviceArray<double> scalars_;     // per step: Σ loss, Σ KL, Σ g² (read by the host once per step)

@@ -53,10 +53,11 @@ class CudaOps final : public Ops {
   void upload(void* dst, const void* host_src, size_t bytes) override;
   void download(void* host_dst, const void* src, size_t bytes) override;
   void synchronize() override;
-  // Device memory cannot be lent to a host data plane: a communicator over
-  // more than one rank needs NCCL (the trainer refuses that combination).
+  // Device memory cannot be lent to a host data plane: over more than one
+  // rank (or with ZeRO-1) the trainer hands collectives to NCCL.
   bool host_memory() const override { return false; }
   uint64_t peak_device_bytes() const override { return peak_bytes_; }
+  int gpu() const override { return device_; }
   std::string precision_note(DType low) const override;
   void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
                       int64_t Din) override;
