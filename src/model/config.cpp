@@ -126,6 +126,13 @@ std::string known_keys() {
   return s;
 }
 
+// "tiny, small, ..." for messages.
+std::string preset_list() {
+  std::string list;
+  for (const auto& p : preset_names()) list += (list.empty() ? "" : ", ") + p;
+  return list;
+}
+
 Config preset(const std::string& name) {
   Config c;
   c.preset = name;
@@ -151,7 +158,7 @@ Config preset(const std::string& name) {
     t.optimizer = "adagrad", t.lr = 0.05, t.schedule = "warmup", t.warmup_steps = 25000;
     t.clip_norm = 0.25, t.micro_batch = 4, t.global_batch = 1024, t.steps = 800000;
   } else {
-    fail("unknown preset '" + name + "' (expected tiny, small, base, medium, ctrl or a .toml file)");
+    fail("unknown preset '" + name + "' (expected " + preset_list() + " or a .toml file)");
   }
   return c;
 }
@@ -164,9 +171,9 @@ Config load_config(const std::string& source) {
   for (const auto& p : preset_names())
     if (source == p) return preset(p);
   if (!file_exists(source))
-    fail(source + ": no such config file or preset (presets: tiny, small, base, medium, ctrl)");
+    fail(source + ": no such config file or preset (presets: " + preset_list() + ")");
   if (!std::filesystem::is_regular_file(source))
-    fail(source + ": not a regular file; expected a TOML config file or a preset (tiny, small, base, medium, ctrl)");
+    fail(source + ": not a regular file; expected a TOML config file or a preset (" + preset_list() + ")");
   toml::table tbl;
   try {
     tbl = toml::parse_file(source);
