@@ -86,6 +86,10 @@ class CudaOps final : public Ops {
   void lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D, int64_t V,
                     float grad_scale, float* dh, float* dw, float* db, double* loss_sum, float* row_loss, float* scratch,
                     int64_t chunk_rows) override;
+  void lm_head_distill(TensorRef h, TensorRef w, const float* b, const int32_t* targets, const TeacherHead& teacher,
+                       int64_t N, int64_t D, int64_t V, float alpha, float temperature, float grad_scale, float* dh,
+                       float* dw, float* db, double* loss_sum, double* kl_sum, float* scratch,
+                       int64_t chunk_rows) override;
   void sum_squares(const float* x, size_t n, double* out) override;
   void clip_factor(const double* sum_squares, double loss_scale, double max_norm, float* factor) override;
   void scale(float* x, size_t n, float factor) override;
@@ -116,7 +120,7 @@ class CudaOps final : public Ops {
   // demand (growth waits for the stream, so earlier users have finished).
   // A slot's contents are valid until the next call that uses the same slot.
   enum Slot { kWidenA, kWidenB, kWidenC, kRound, kF32Out, kPartials, kScores, kGradS, kHeadLoss, kHeadLow, kSort,
-              kSlots };
+              kWidenTeacherH, kWidenTeacherW, kHeadKl, kSlots };
   void* scratch(Slot slot, size_t bytes);
   // The sinusoidal table [rows >= T, D] in device memory, from the host's
   // ops/positions.h values (uploaded once per width and growth).
@@ -125,6 +129,10 @@ class CudaOps final : public Ops {
  private:
   struct GemmPlan;  // gemm.cu
   GemmPlan* plan(const std::string& key, bool* found);
+  // lm_head_loss, and with a teacher lm_head_distill (lm_head.cu).
+  void head(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D, int64_t V,
+            float grad_scale, float* dh, float* dw, float* db, double* loss_sum, float* row_loss, float* logits,
+            int64_t chunk_rows, const TeacherHead* teacher, float alpha, float temperature, double* kl_sum);
   void init_gemm();     // loads cuBLASLt (libcublasLt.so.13 or .12) and makes the handle
   void release_gemm();  // the plans and the handle
   // Every device buffer comes from here, so that peak_device_bytes() sees it;
