@@ -5,6 +5,7 @@
 #include <malloc.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -367,6 +368,35 @@ TEST(Plan, MachineFileCalibratesTheUtilisation) {
   EXPECT_THROW(plan::parse_machine("{not json", "bench.json"), Error);
 }
 
+// A GPU run of ctrl bench (--device cuda --json) calibrates a --gpu plan: the
+// executed FLOP/s against the datasheet peak become the utilisation, so the
+// plan reproduces the measured throughput on that GPU.
+TEST(Plan, GpuBenchFileCalibratesTheGpuUtilisation) {
+  const Config c = config_of("base", {"train.precision=bf16"});
+  const double tokens_per_s = 150000, achieved = tokens_per_s * train_flops_per_token(c.model) / 1e9;
+  nlohmann::json j = {{"tokens_per_s", tokens_per_s}, {"achieved_gflops", achieved}, {"gemm_peak_gflops", 700000.0},
+                      {"share_of_gemm_peak", achieved / 700000.0}, {"peak_rss_bytes", 1e9}, {"cpu", "Host CPU"},
+                      {"threads", 0}, {"precision", "bf16"}, {"device", "cuda"}, {"gpu", "NVIDIA H200"}};
+  plan::Request r = gpu_request(c, "H200", 1);
+  r.machine = plan::parse_machine(j.dump(), "gpu-bench.json");
+  EXPECT_EQ(r.machine->gpu, "NVIDIA H200");
+  const plan::Plan p = plan::make_plan(r);
+  EXPECT_NEAR(p.mfu, achieved / 989500.0, 1e-12);
+  EXPECT_NEAR(p.tokens_per_s, tokens_per_s, 1e-6 * tokens_per_s);
+  EXPECT_NE(p.mfu_source.find("calibrated from ctrl bench on NVIDIA H200"), std::string::npos) << p.mfu_source;
+  // Planned for another GPU, the utilisation carries over with a note saying so.
+  plan::Request other = r;
+  other.gpu = "A100-80GB";
+  const plan::Plan a = plan::make_plan(other);
+  EXPECT_NEAR(a.mfu, p.mfu, 1e-12);
+  EXPECT_TRUE(std::any_of(a.notes.begin(), a.notes.end(), [](const std::string& n) {
+    return n.find("measured on NVIDIA H200, this plan is for A100-80GB") != std::string::npos;
+  }));
+  // In another precision it does not calibrate.
+  r.config = config_of("base", {"train.precision=fp16"});
+  EXPECT_EQ(plan::make_plan(r).mfu_source, "default");
+}
+
 TEST(Plan, UnsupportedPrecisionsAreRefused) {
   EXPECT_THROW(plan::make_plan(gpu_request(config_of("base", {"train.precision=bf16"}), "V100-16GB", 2)), Error);
   EXPECT_THROW(plan::make_plan(gpu_request(config_of("base", {"train.precision=bf16"}), "T4", 1)), Error);
@@ -404,6 +434,14 @@ TEST(Plan, BadFlagsGiveOneLineErrors) {
   const std::string base = test_support::ctrl_binary() + " plan --config base ";
   const std::string bad_json = testing::TempDir() + "plan_bad_bench.json";
   std::ofstream(bad_json) << "{\"tokens_per_s\": 1}";
+  // A complete bench file of a CPU run, and the same as a GPU run.
+  const std::string cpu_bench = testing::TempDir() + "plan_cpu_bench.json",
+                    gpu_bench = testing::TempDir() + "plan_gpu_bench.json";
+  const std::string bench_fields =
+      "\"tokens_per_s\": 1, \"achieved_gflops\": 1, \"gemm_peak_gflops\": 10, \"share_of_gemm_peak\": 0.1, "
+      "\"peak_rss_bytes\": 1, \"threads\": 2, \"cpu\": \"X\", \"precision\": \"fp32\"";
+  std::ofstream(cpu_bench) << "{" << bench_fields << "}";
+  std::ofstream(gpu_bench) << "{" << bench_fields << ", \"device\": \"cuda\", \"gpu\": \"NVIDIA H200\"}";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--tokens 1e9 --gpu V200", "unknown GPU"},
       {"--tokens 1e9 --gpu V100-16GB --precision bf16", "no bf16"},
@@ -419,6 +457,8 @@ TEST(Plan, BadFlagsGiveOneLineErrors) {
       {"--tokens 1e9 --hardware tpu", "expected cpu"},
       {"--tokens 1e9 --machine /nonexistent/bench.json", "no such file"},
       {"--tokens 1e9 --machine " + bad_json, "expected a number"},
+      {"--tokens 1e9 --gpu T4 --machine " + cpu_bench, "cannot go with --gpu"},
+      {"--tokens 1e9 --machine " + gpu_bench, "plan it with --gpu NAME"},
       {"--tokens 1e9 --gpu T4 --set model.n_head=7", "divisible"},
       {"--tokens 1e9 --gpu T4 --frobnicate", "unknown flag --frobnicate"},
   };

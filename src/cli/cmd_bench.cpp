@@ -95,6 +95,8 @@ int run(const std::vector<std::string>& argv) {
   if (peak_device > 0) j["peak_device_bytes"] = peak_device;
   j["final_loss"] = loss;
   j["cpu"] = cpu_model();
+  j["device"] = ops->name();
+  if (!ops->gpu_name().empty()) j["gpu"] = ops->gpu_name();
   j["threads"] = ops->threads();
   j["thread_changes"] = thread_changes;  // the CPU backend's adaptation to a shared machine
   j["openmp_wait"] = openmp_wait_setting();
@@ -104,9 +106,12 @@ int run(const std::vector<std::string>& argv) {
   if (args.has("json")) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("%s: %.2fM parameters, micro-batch %lld x %lld tokens, %s, %d threads on %s\n", config.preset.c_str(),
+    const std::string where = ops->gpu_name().empty()
+                                  ? std::to_string(ops->threads()) + " threads on " + cpu_model()
+                                  : ops->gpu_name() + " (" + ops->name() + ")";
+    std::printf("%s: %.2fM parameters, micro-batch %lld x %lld tokens, %s, %s\n", config.preset.c_str(),
                 double(model.layout().count()) / 1e6, static_cast<long long>(B), static_cast<long long>(T),
-                config.train.precision.c_str(), ops->threads(), cpu_model().c_str());
+                config.train.precision.c_str(), where.c_str());
     std::printf("  %.3f it/s, %.0f tokens/s\n", double(steps) / seconds, tokens_per_s);
     std::printf("  %.1f GFLOP/s achieved = %.0f%% of the measured %s GEMM peak (%.1f GFLOP/s)\n", flops / 1e9,
                 100.0 * flops / peak, bf16 ? "bf16" : "fp32", peak / 1e9);

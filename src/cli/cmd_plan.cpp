@@ -17,7 +17,7 @@ namespace {
 
 const char* kUsage =
     "usage: ctrl plan --config FILE|PRESET --tokens N [--set section.key=value]... [--precision fp32|bf16|fp16]\n"
-    "                 (--hardware cpu | --machine BENCH.json | --gpu NAME [--gpus N] [--nodes M])\n"
+    "                 (--hardware cpu | --machine BENCH.json | --gpu NAME [--gpus N] [--nodes M] [--machine BENCH.json])\n"
     "                 [--micro-batch B] [--zero 0|1] [--network-gbps G] [--mfu U] [--memory-gb G]\n"
     "                 [--price-per-hour P] [--teacher CKPT] [--json]\n\n"
     "Says whether a model trains on the given hardware before anyone rents it: parameters, memory per\n"
@@ -25,7 +25,8 @@ const char* kUsage =
     "runtime overhead), whether it fits, the largest micro-batch, gradient accumulation, FLOPs,\n"
     "tokens/s, all-reduce time per step, days to train --tokens (e.g. 10e9) and the cost.\n"
     "  --hardware cpu      this machine (memory from /proc/meminfo, GEMM peak measured now, 0.5 s)\n"
-    "  --machine FILE      a CPU measured by `ctrl bench --json`: calibrates the utilisation\n"
+    "  --machine FILE      a CPU measured by `ctrl bench --json`: calibrates the utilisation; with --gpu,\n"
+    "                      a GPU run (`ctrl bench --device cuda --json`) calibrates the GPU's utilisation\n"
     "  --gpu NAME          from the built-in datasheet table (K80, T4, P100, V100-16GB, V100-32GB,\n"
     "                      GTX-1080-Ti, RTX-3090, RTX-4090, A100-40GB, A100-80GB, H100, H200);\n"
     "                      --gpus per node (default 1), --nodes (default 1)\n"
@@ -78,8 +79,9 @@ int run(const std::vector<std::string>& argv) {
   r.tokens = args.get_double("tokens", 0, 0, 1e18, true);
   if (!args.has("tokens")) fail("ctrl plan: missing --tokens (how many tokens to train on, e.g. 10e9)");
 
-  const int kinds = int(args.has("gpu")) + int(args.has("hardware") || args.has("machine"));
-  if (kinds != 1) fail("ctrl plan: give exactly one of --hardware cpu, --machine BENCH.json or --gpu NAME");
+  const int kinds = int(args.has("gpu")) + int(args.has("hardware") || (args.has("machine") && !args.has("gpu")));
+  if (kinds != 1)
+    fail("ctrl plan: give exactly one of --hardware cpu, --machine BENCH.json or --gpu NAME [--machine BENCH.json]");
   if (args.has("hardware") && args.get("hardware") != "cpu")
     fail("ctrl plan: --hardware " + args.get("hardware") + ": expected cpu (GPUs: --gpu NAME)");
   r.gpu = args.get("gpu");

@@ -120,8 +120,10 @@ class Ops {
   // scratch, library workspace; not the driver's context), for ctrl bench;
   // 0 for backends whose memory is host memory (see peak resident memory).
   virtual uint64_t peak_device_bytes() const { return 0; }
-  // The GPU this backend runs on (as in --device cuda:N), or -1 for host backends.
+  // The GPU this backend runs on (as in --device cuda:N) and its name
+  // (e.g. "NVIDIA H200"), or -1 and "" for host backends.
   virtual int gpu() const { return -1; }
+  virtual std::string gpu_name() const { return ""; }
   // What a user should know about running products in `low` precision on this
   // backend's hardware (emulated, or no faster than fp32), or "" when it runs natively.
   virtual std::string precision_note(DType low) const = 0;

@@ -138,6 +138,22 @@ const GpuSpec& find_gpu(const std::string& name) {
   fail("ctrl plan: --gpu " + name + ": unknown GPU (known: " + known + ")");
 }
 
+namespace {
+// The table's GPU whose name a driver's device name contains ("NVIDIA
+// H200" is H200, "NVIDIA A100-SXM4-80GB" is A100-80GB's family); null if none.
+const GpuSpec* gpu_named_in(const std::string& device_name) {
+  for (const auto& g : gpu_table()) {
+    std::string key = g.name;
+    if (key.rfind("RTX", 0) == 0 || key.rfind("GTX", 0) == 0)
+      std::replace(key.begin(), key.end(), '-', ' ');  // "NVIDIA GeForce RTX 4090"
+    else
+      key = key.substr(0, key.find('-'));  // memory variants share the peak
+    if (device_name.find(key) != std::string::npos) return &g;
+  }
+  return nullptr;
+}
+}  // namespace
+
 double gpu_peak_tflops(const GpuSpec& g, const std::string& precision) {
   const double t = precision == "fp32" ? g.fp32_tflops
                    : precision == "fp16" ? g.fp16_tflops
@@ -176,6 +192,8 @@ MachineProfile parse_machine(const std::string& text, const std::string& where) 
   m.threads = int64_t(number("threads"));
   m.cpu = text_of("cpu");
   m.precision = text_of("precision");
+  if (j.contains("device")) m.device = text_of("device");  // files from before the field: CPU runs
+  if (m.device == "cuda") m.gpu = j.contains("gpu") ? text_of("gpu") : "an unnamed GPU";
   if (!(m.gemm_peak_gflops > 0) || !(m.share_of_gemm_peak > 0) || m.share_of_gemm_peak > 1.5)
     fail(where + ": gemm_peak_gflops must be positive and share_of_gemm_peak in (0, 1.5]");
   m.hardware_share = j.contains("hardware_gflops") ? number("hardware_gflops") / m.gemm_peak_gflops
@@ -353,7 +371,9 @@ Plan make_plan(const Request& r) {
   if (!(r.network_gbps > 0)) fail("ctrl plan: --network-gbps must be positive");
   if (r.price_per_hour < 0) fail("ctrl plan: --price-per-hour must not be negative");
   const bool gpu = !r.gpu.empty();
-  if (gpu && r.machine) fail("ctrl plan: --machine describes a CPU measured by ctrl bench; it cannot go with --gpu");
+  if (r.machine && gpu != (r.machine->device == "cuda"))
+    fail("ctrl plan: --machine " + r.machine->path + " was measured on " +
+         (gpu ? "a CPU; it cannot go with --gpu" : r.machine->gpu + "; plan it with --gpu NAME"));
   if (!gpu && r.gpus_per_node != 1) fail("ctrl plan: --gpus needs --gpu NAME (CPU plans run one process per node)");
 
   Plan p;
@@ -381,6 +401,20 @@ Plan make_plan(const Request& r) {
     overhead = kGpuRuntimeOverheadBytes;
     p.mfu = default_mfu(true, g.tensor_cores, precision);
     p.mfu_source = "default";
+    if (r.machine && r.machine->precision == precision) {
+      // The measured GPU's executed FLOP/s against its own datasheet peak; a
+      // GPU the table does not know is taken to be the planned one.
+      const GpuSpec* measured = gpu_named_in(r.machine->gpu);
+      const double measured_peak = measured ? gpu_peak_tflops(*measured, precision) : p.peak_tflops;
+      p.mfu = r.machine->hardware_share * r.machine->gemm_peak_gflops / (measured_peak * 1000);
+      p.mfu_source = "calibrated from ctrl bench on " + r.machine->gpu + " (" + r.machine->path + ")";
+      if (!measured || measured->name != g.name)
+        p.notes.push_back(r.machine->path + " was measured on " + r.machine->gpu + ", this plan is for " + g.name +
+                          ": its utilisation is assumed to carry over");
+    } else if (r.machine) {
+      p.notes.push_back(r.machine->path + " was measured in " + r.machine->precision + ", this plan is " +
+                        precision + ": not calibrated");
+    }
     intra_gbs = g.link_gbs / 2;
     intra_link = g.link;
     p.hardware = std::to_string(p.ranks) + " x " + g.name + " (" + std::to_string(r.nodes) +

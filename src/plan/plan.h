@@ -94,9 +94,11 @@ const GpuSpec& find_gpu(const std::string& name);
 // ctrl::Error saying why when the GPU has no such arithmetic.
 double gpu_peak_tflops(const GpuSpec& gpu, const std::string& precision);
 
-// A machine measured by `ctrl bench --json`.
+// A machine measured by `ctrl bench --json`: a CPU (calibrates --hardware-less
+// CPU plans), or a GPU run (--device cuda; calibrates --gpu plans).
 struct MachineProfile {
   std::string path, cpu, precision;
+  std::string device = "cpu", gpu;  // the backend it ran on, and the GPU's name for cuda
   double tokens_per_s = 0, achieved_gflops = 0, gemm_peak_gflops = 0, share_of_gemm_peak = 0;
   // Executed FLOP/s over the GEMM peak: hardware_gflops / gemm_peak_gflops when
   // the file has it (recomputation), else share_of_gemm_peak.

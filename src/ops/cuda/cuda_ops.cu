@@ -39,6 +39,7 @@ CudaOps::CudaOps(int device) : device_(device) {
   cudaDeviceProp prop{};
   CTRL_CUDA(cudaGetDeviceProperties(&prop, device));
   sm_major_ = prop.major, sm_minor_ = prop.minor;
+  gpu_name_ = prop.name;
   if (sm_major_ * 10 + sm_minor_ < 75)
     fail(std::string("cuda: ") + prop.name + " is sm_" + std::to_string(sm_major_) + std::to_string(sm_minor_) +
          "; this build needs sm_75 (Turing) or newer");

@@ -58,6 +58,7 @@ class CudaOps final : public Ops {
   bool host_memory() const override { return false; }
   uint64_t peak_device_bytes() const override { return peak_bytes_; }
   int gpu() const override { return device_; }
+  std::string gpu_name() const override { return gpu_name_; }
   std::string precision_note(DType low) const override;
   void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
                       int64_t Din) override;
@@ -140,6 +141,7 @@ class CudaOps final : public Ops {
   void* device_malloc(size_t bytes, const std::string& what);
   void device_free(void* p);
   int device_ = 0, sm_major_ = 0, sm_minor_ = 0;
+  std::string gpu_name_;
   bool tf32_ = false;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
