@@ -181,7 +181,7 @@ want bench && for run in tiny:fp32 tiny:bf16 small:fp32 small:bf16 base:bf16; do
     python3 - "$out/$name.result.json" >>"$results" 2>/dev/null <<'PY' || true
 import json, sys
 j = json.load(open(sys.argv[1]))
-keys = ["config", "precision", "tokens_per_s", "it_per_s", "achieved_gflops", "gemm_peak_gflops", "share_of_gemm_peak", "final_loss"]
+keys = ["config", "precision", "gpu", "tokens_per_s", "it_per_s", "achieved_gflops", "gemm_peak_gflops", "share_of_gemm_peak", "peak_device_bytes", "final_loss"]
 print("|  | " + ", ".join(f"{k} {j[k]:.4g}" if isinstance(j.get(k), float) else f"{k} {j[k]}" for k in keys if k in j) + " | | |")
 PY
   )
