@@ -22,7 +22,7 @@
 # Knobs (environment): PRESETS="medium base" PRECISIONS="bf16" (add fp16 fp32
 # for the seed's question) PEERS="eager compile" BATCH=32 STEPS=20 WARMUP=5
 # ROUNDS=1 DEVICE=cuda CTRL=build/ctrl COMMIT (default: git's) PY (default .venv/bin/python, else
-# python3) GPU=<ctrl plan's name, e.g. H200> (default: from nvidia-smi)
+# python3) GPU=<a name ctrl plan knows, e.g. H200> (default: nvidia-smi's name)
 # RESULTS=<folder>. REPORT_ONLY=1 runs nothing and makes the report from the
 # JSON already in RESULTS (after an interrupted run). DEVICE=cpu runs the same comparison on the CPU (no MFU),
 # which is how the script itself is tested without a GPU.
@@ -55,29 +55,17 @@ for p in $PEERS; do [[ $p =~ ^(eager|compile)$ ]] || die "PEERS: '$p' is not eag
 for v in BATCH STEPS ROUNDS; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: expected a positive whole number"; done
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP=$WARMUP: expected a whole number"
 
-# The GPU's name in ctrl plan's datasheet table, for the peak FLOP/s.
+# The GPU, for the datasheet peak that ctrl plan has for it.
 gpu_name=cpu
 if [[ $DEVICE == cuda* ]]; then
   index=${DEVICE#cuda}; index=${index#:}
   gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "${index:-0}" 2>/dev/null | head -1) ||
     die "nvidia-smi found no GPU ${index:-0}"
   [ -n "$gpu_name" ] || die "nvidia-smi found no GPU ${index:-0}"
-  if [ -z "${GPU:-}" ]; then
-    case $gpu_name in
-      *H200*) GPU=H200 ;;
-      *H100*) GPU=H100 ;;
-      *A100*80GB*) GPU=A100-80GB ;;
-      *A100*) GPU=A100-40GB ;;
-      *V100*32GB*) GPU=V100-32GB ;;
-      *V100*) GPU=V100-16GB ;;
-      *T4*) GPU=T4 ;;
-      *P100*) GPU=P100 ;;
-      *K80*) GPU=K80 ;;
-      *4090*) GPU=RTX-4090 ;;
-      *3090*) GPU=RTX-3090 ;;
-      *1080\ Ti*) GPU=GTX-1080-Ti ;;
-      *) echo "gpu_vs_pytorch: '$gpu_name' is not in ctrl plan's table (set GPU=): no MFU" >&2 ;;
-    esac
+  GPU=${GPU:-$gpu_name}  # ctrl plan knows the driver's names of the GPUs in its table
+  if ! "$CTRL" plan --config tiny --tokens 1e6 --gpu "$GPU" --json >/dev/null 2>&1; then
+    echo "gpu_vs_pytorch: ctrl plan does not know '$GPU' (set GPU= to a name from ctrl plan --help): no MFU" >&2
+    GPU=""
   fi
 fi
 

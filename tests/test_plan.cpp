@@ -397,6 +397,17 @@ TEST(Plan, GpuBenchFileCalibratesTheGpuUtilisation) {
   EXPECT_EQ(plan::make_plan(r).mfu_source, "default");
 }
 
+TEST(Plan, GpusAreFoundByTableNameOrByTheDriversName) {
+  const std::vector<std::pair<std::string, std::string>> names = {
+      {"h200", "H200"},           {"NVIDIA H200", "H200"},
+      {"NVIDIA H100 80GB HBM3", "H100"}, {"NVIDIA A100-SXM4-80GB", "A100-80GB"},
+      {"NVIDIA A100-PCIE-40GB", "A100-40GB"}, {"Tesla V100-SXM2-32GB", "V100-32GB"},
+      {"Tesla T4", "T4"},         {"NVIDIA GeForce RTX 4090", "RTX-4090"},
+      {"NVIDIA GeForce GTX 1080 Ti", "GTX-1080-Ti"}};
+  for (const auto& [driver, table] : names) EXPECT_EQ(plan::find_gpu(driver).name, table) << driver;
+  EXPECT_THROW(plan::find_gpu("NVIDIA B200"), Error);
+}
+
 TEST(Plan, UnsupportedPrecisionsAreRefused) {
   EXPECT_THROW(plan::make_plan(gpu_request(config_of("base", {"train.precision=bf16"}), "V100-16GB", 2)), Error);
   EXPECT_THROW(plan::make_plan(gpu_request(config_of("base", {"train.precision=bf16"}), "T4", 1)), Error);

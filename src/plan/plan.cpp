@@ -129,30 +129,38 @@ static std::string lower(std::string s) {
   return s;
 }
 
+namespace {
+// The table's GPU whose name a driver's device name contains ("NVIDIA H200"
+// is H200, "NVIDIA A100-SXM4-80GB" is A100-80GB, "NVIDIA GeForce RTX 4090"
+// RTX-4090): the family before the '-', and of a family's memory variants the
+// one whose size appears; null if none.
+const GpuSpec* gpu_named_in(const std::string& device_name) {
+  const GpuSpec* found = nullptr;
+  for (const auto& g : gpu_table()) {
+    std::string family = g.name, variant;
+    if (family.rfind("RTX", 0) == 0 || family.rfind("GTX", 0) == 0) {
+      std::replace(family.begin(), family.end(), '-', ' ');
+    } else if (const size_t dash = family.find('-'); dash != std::string::npos) {
+      variant = family.substr(dash + 1), family.resize(dash);
+    }
+    if (device_name.find(family) == std::string::npos) continue;
+    if (!variant.empty() && device_name.find(variant) != std::string::npos) return &g;
+    if (!found) found = &g;
+  }
+  return found;
+}
+}  // namespace
+
 const GpuSpec& find_gpu(const std::string& name) {
   std::string known;
   for (const auto& g : gpu_table()) {
     if (lower(g.name) == lower(name)) return g;
     known += (known.empty() ? "" : ", ") + g.name;
   }
+  if (const GpuSpec* g = gpu_named_in(name)) return *g;  // a driver's name, as nvidia-smi prints it
   fail("ctrl plan: --gpu " + name + ": unknown GPU (known: " + known + ")");
 }
 
-namespace {
-// The table's GPU whose name a driver's device name contains ("NVIDIA
-// H200" is H200, "NVIDIA A100-SXM4-80GB" is A100-80GB's family); null if none.
-const GpuSpec* gpu_named_in(const std::string& device_name) {
-  for (const auto& g : gpu_table()) {
-    std::string key = g.name;
-    if (key.rfind("RTX", 0) == 0 || key.rfind("GTX", 0) == 0)
-      std::replace(key.begin(), key.end(), '-', ' ');  // "NVIDIA GeForce RTX 4090"
-    else
-      key = key.substr(0, key.find('-'));  // memory variants share the peak
-    if (device_name.find(key) != std::string::npos) return &g;
-  }
-  return nullptr;
-}
-}  // namespace
 
 double gpu_peak_tflops(const GpuSpec& g, const std::string& precision) {
   const double t = precision == "fp32" ? g.fp32_tflops

@@ -88,7 +88,9 @@ struct GpuSpec {
   std::string note;
 };
 const std::vector<GpuSpec>& gpu_table();
-// The entry by name (case-insensitive); ctrl::Error listing the known names otherwise.
+// The entry by name (case-insensitive), or by a driver's device name as
+// nvidia-smi prints it ("NVIDIA A100-SXM4-80GB" is A100-80GB); ctrl::Error
+// listing the known names otherwise.
 const GpuSpec& find_gpu(const std::string& name);
 // Peak TFLOP/s of a GPU for a precision (fp32 uses CUDA cores, not TF32);
 // ctrl::Error saying why when the GPU has no such arithmetic.
