@@ -189,9 +189,10 @@ done
 # The planner calibrated by the base bf16 run: base on 10B tokens on this GPU.
 if want bench && [[ -s $out/bench_base_bf16.result.json ]]; then
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)
+  result=FAIL
   "$work/run/ctrl" plan --config base --tokens 10e9 --gpu "$gpu" --set train.precision=bf16 \
-    --machine "$out/bench_base_bf16.result.json" >"$out/plan_base_bf16.txt" 2>&1
-  row plan_calibrated "$( [[ $? == 0 ]] && echo ok || echo FAIL)" 0 "$(tail -1 "$out/plan_base_bf16.txt" | tr '|' '/')"
+    --machine "$out/bench_base_bf16.result.json" >"$out/plan_base_bf16.txt" 2>&1 && result=ok
+  row plan_calibrated "$result" 0 "$(tail -1 "$out/plan_base_bf16.txt" | tr '|' '/')"
 fi
 
 # Phase 5: ctrl against PyTorch, the most important runs first (a timeout keeps
