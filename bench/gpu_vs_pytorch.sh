@@ -111,8 +111,8 @@ run_one() {
   echo "== round $round: $preset $prec $who" >&2
   if [ "$who" = ctrl ]; then
     "$CTRL" bench --device "$DEVICE" --config "$preset" --steps "$STEPS" --warmup "$WARMUP" \
-      --set train.micro_batch="$BATCH" --set model.embd_pdrop=0 --set model.resid_pdrop=0 \
-      --set train.precision="$prec" --json >"$json"
+      --set train.micro_batch="$BATCH" --set train.global_batch="$BATCH" --set model.embd_pdrop=0 \
+      --set model.resid_pdrop=0 --set train.precision="$prec" --json >"$json"
     return
   fi
   local -a args=()
