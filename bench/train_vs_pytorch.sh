@@ -88,37 +88,17 @@ run_one() {
     --warmup-steps "$WARMUP" --threads "$THREADS" --precision "$prec" "${args[@]}" --json >"$json"
 }
 
-read -ra order <<<"ctrl $PEERS"
-n=${#order[@]}
-for round in $(seq 1 "$ROUNDS"); do
-  for preset in $PRESETS; do
-    for prec in $PRECISIONS; do
-      # Round r starts at the r-th run of the list, so no configuration always runs first.
-      for i in $(seq 0 $((n - 1))); do
-        who=${order[$(((i + round - 1) % n))]}
-        run_one "$preset" "$prec" "$who" "$round" || echo "train_vs_pytorch: $preset $prec $who failed; left out" >&2
-      done
-    done
-  done
-done
+# shellcheck source=rounds.sh
+source bench/rounds.sh
+# shellcheck disable=SC2086 # PEERS is a list
+rotated_rounds train_vs_pytorch "$ROUNDS" "$PRESETS" "$PRECISIONS" ctrl $PEERS
 
 "$PY" - "$out" "$PRESETS" "$PRECISIONS" "ctrl $PEERS" <<'EOF'
-import glob, json, os, statistics, sys
+import os, statistics, sys
 sys.path.insert(0, "bench")
-from bar_chart import bars_svg
+from throughput_report import bars_svg, read_results
 out, presets, precisions, whos = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4].split()
-machine = dict(line.rstrip("\n").split("=", 1) for line in open(os.path.join(out, "machine.txt")))
-runs = {}
-for path in glob.glob(os.path.join(out, "*-r*.json")):
-    preset, prec, who, _ = os.path.basename(path)[:-5].split("-", 3)
-    text = open(path).read()
-    start = text.find("{")
-    try:
-        r = json.loads(text[start:]) if start >= 0 else None
-    except ValueError:
-        r = None
-    if r:
-        runs.setdefault((preset, prec, who), []).append(r)
+machine, runs = read_results(out)
 med = {k: statistics.median(r["tokens_per_s"] for r in v) for k, v in runs.items()}
 lines = [
     f"# Training throughput: ctrl against PyTorch {machine['torch']}",
