@@ -96,7 +96,7 @@ TEST(ThreadAdapter, TokensMoveByTheirOwnTimesAndComeBack) {
   EXPECT_EQ(a.current(), 2);
 }
 
-TEST(ThreadAdapter, FirstTokenProbeComesAfterTwoTokensThenByDecodingTime) {
+TEST(ThreadAdapter, FirstTokenProbeComesAfterThreeTokensThenByDecodingTime) {
   KeepThreads keep;
   ThreadAdapter a(2, 1.0, 1.25, [](int) { return 1.0; });
   omp_set_num_threads(2);
@@ -105,10 +105,11 @@ TEST(ThreadAdapter, FirstTokenProbeComesAfterTwoTokensThenByDecodingTime) {
     counts.push_back(omp_get_max_threads());
     a.after_token(0.125);
   }
-  // Tokens 0-1 at 2; the probe: 4 at 2 (the first a warm-up), 4 at 1; the
-  // same again each time 1 s of tokens (8) has passed since the last probe.
-  const std::vector<int> expected = {2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
-                                     2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1};
+  // Tokens 0-2 at 2 (the current count's samples are its own last tokens);
+  // the probe: 4 at the other count, 1 (the first a warm-up); the same again
+  // each time 1 s of tokens (8) has passed since the last probe.
+  const std::vector<int> expected = {2, 2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 2,
+                                     2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 1};
   EXPECT_EQ(counts, expected);
 }
 

@@ -15,10 +15,11 @@ namespace {
 // few parallel regions long, so barrier waits weigh as they do in training.
 constexpr int64_t kRows = 256, kWidth = 384, kProducts = 2;
 constexpr double kFirstProbeSeconds = 2.0;
-// Token mode: the first probe after this many tokens; timed tokens per
-// candidate (median), after one warm-up token; the margin a count must win by.
-constexpr int64_t kTokensBeforeFirstProbe = 2;
-constexpr int kTrialTokens = 3;
+// Token mode: the first probe after this many tokens (the first token's time
+// is not a sample: it follows the prompt); timed tokens per count (median),
+// the other counts' after one warm-up token; the margin a count must win by.
+constexpr int64_t kTokensBeforeFirstProbe = 3;
+constexpr size_t kTrialTokens = 3;
 constexpr double kTokenMargin = 1.1;
 }  // namespace
 
@@ -69,7 +70,7 @@ std::string ThreadAdapter::between_steps() {
 
 std::string ThreadAdapter::settle(const std::vector<double>& seconds, double margin, const char* what,
                                   bool say_why) {
-  const size_t at = size_t(std::find(candidates_.begin(), candidates_.end(), current_) - candidates_.begin());
+  const size_t at = index_of(current_);
   const size_t fastest = size_t(std::min_element(seconds.begin(), seconds.end()) - seconds.begin());
   const int before = current_;
   if (fastest != at && seconds[at] >= margin * seconds[fastest]) current_ = candidates_[fastest];
@@ -95,19 +96,29 @@ std::string ThreadAdapter::after_token(double seconds) {
   if (candidates_.size() < 2) return "";
   ++tokens_;
   if (trial_ < 0) {
+    // The current count's samples are the tokens just decoded, so a probe
+    // runs only the other counts: on a busy machine, no extra token at a slow count.
+    if (tokens_ > 1) {
+      recent_.push_back(seconds);
+      if (recent_.size() > kTrialTokens) recent_.erase(recent_.begin());
+    }
     since_probe_ += seconds;
-    const bool due = probed_ ? since_probe_ >= interval_ : tokens_ >= kTokensBeforeFirstProbe;
+    const bool due = probed_ ? since_probe_ >= interval_ && !recent_.empty() : tokens_ >= kTokensBeforeFirstProbe;
     if (!due) return "";
     token_seconds_.assign(candidates_.size(), {});
+    token_seconds_[index_of(current_)] = recent_;
+    others_.clear();
+    for (int n : candidates_)
+      if (n != current_) others_.push_back(n);
     trial_ = 0, trial_tokens_ = 0;
-    omp_set_num_threads(candidates_[0]);
+    omp_set_num_threads(others_[0]);
     return "";
   }
-  if (trial_tokens_++ > 0) token_seconds_[size_t(trial_)].push_back(seconds);  // the first is warm-up
-  if (trial_tokens_ <= kTrialTokens) return "";
-  if (++trial_ < int(candidates_.size())) {
+  if (trial_tokens_++ > 0) token_seconds_[index_of(others_[size_t(trial_)])].push_back(seconds);  // the first: warm-up
+  if (size_t(trial_tokens_) <= kTrialTokens) return "";
+  if (++trial_ < int(others_.size())) {
     trial_tokens_ = 0;
-    omp_set_num_threads(candidates_[size_t(trial_)]);
+    omp_set_num_threads(others_[size_t(trial_)]);
     return "";
   }
   std::vector<double> median;
@@ -116,7 +127,12 @@ std::string ThreadAdapter::after_token(double seconds) {
     median.push_back(times[times.size() / 2]);
   }
   trial_ = -1, since_probe_ = 0, probed_ = true;
+  recent_.clear();
   return settle(median, kTokenMargin, "tokens", false);
+}
+
+size_t ThreadAdapter::index_of(int threads) const {
+  return size_t(std::find(candidates_.begin(), candidates_.end(), threads) - candidates_.begin());
 }
 
 }  // namespace ctrl::cpu

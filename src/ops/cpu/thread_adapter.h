@@ -14,9 +14,10 @@
 // Generated tokens are timed directly instead: decoding one row is dozens of
 // tiny parallel regions per token, so a taken core slows it far more than it
 // slows the burst (6x, bench/results/generate-shared-machine-*.md), and a small model may decode
-// faster on fewer threads even on a quiet machine. After the first two
-// tokens and then every `interval` seconds of decoding, a few tokens run at
-// each candidate count and the fastest (median) wins by kTokenMargin. The
+// faster on fewer threads even on a quiet machine. After the first three
+// tokens and then every `interval` seconds of decoding, the last few tokens
+// stand for the current count and a few tokens run at each other candidate
+// count; the fastest (median) wins by kTokenMargin. The
 // decoding ops give the same bits at any count, so this never changes what
 // is generated (Generator.DecodingGivesTheSameBitsAtAnyThreadCount).
 #pragma once
@@ -59,9 +60,14 @@ class ThreadAdapter {
   double interval_, margin_;
   bool started_ = false, probed_ = false;
   std::chrono::steady_clock::time_point last_probe_;
-  // Token mode: the candidate being timed (-1 between probes), its tokens so
-  // far (the first after a change is dropped: warm-up), each candidate's
-  // timed tokens, and decoding seconds and tokens since the last probe.
+  // The position of a count in candidates_.
+  size_t index_of(int threads) const;
+  // Token mode: the last tokens' seconds at the current count; during a
+  // probe, the other counts, the one being timed (-1 between probes) and its
+  // tokens so far (the first after a change is dropped: warm-up), and each
+  // candidate's timed tokens; decoding seconds and tokens since the last probe.
+  std::vector<double> recent_;
+  std::vector<int> others_;
   int trial_ = -1, trial_tokens_ = 0;
   std::vector<std::vector<double>> token_seconds_;
   double since_probe_ = 0;
