@@ -13,7 +13,7 @@
 //
 // Generated tokens are timed directly instead: decoding one row is dozens of
 // tiny parallel regions per token, so a taken core slows it far more than it
-// slows the burst (6x, bench/results/generate-shared-machine-*.md), and a small model may decode
+// slows the burst (3-6x, bench/results/generate-shared-machine-*.md), and a small model may decode
 // faster on fewer threads even on a quiet machine. After the first three
 // tokens and then every `interval` seconds of decoding, the last few tokens
 // stand for the current count and a few tokens run at each other candidate
