@@ -384,6 +384,7 @@ TEST(Plan, GpuBenchFileCalibratesTheGpuUtilisation) {
   EXPECT_NEAR(p.mfu, achieved / 989500.0, 1e-12);
   EXPECT_NEAR(p.tokens_per_s, tokens_per_s, 1e-6 * tokens_per_s);
   EXPECT_NE(p.mfu_source.find("calibrated from ctrl bench on NVIDIA H200"), std::string::npos) << p.mfu_source;
+  EXPECT_NE(p.verdict.find("calibrated from ctrl bench on NVIDIA H200"), std::string::npos) << p.verdict;
   // Planned for another GPU, the utilisation carries over with a note saying so.
   plan::Request other = r;
   other.gpu = "A100-80GB";

@@ -161,7 +161,6 @@ const GpuSpec& find_gpu(const std::string& name) {
   fail("ctrl plan: --gpu " + name + ": unknown GPU (known: " + known + ")");
 }
 
-
 double gpu_peak_tflops(const GpuSpec& g, const std::string& precision) {
   const double t = precision == "fp32" ? g.fp32_tflops
                    : precision == "fp16" ? g.fp16_tflops
@@ -402,6 +401,11 @@ Plan make_plan(const Request& r) {
   uint64_t overhead = 0;
   double intra_gbs = 0;  // per direction, GB/s
   std::string intra_link;
+  // A ctrl bench file calibrates the utilisation when it was measured in this precision.
+  const bool calibrated = r.machine && r.machine->precision == precision;
+  if (r.machine && !calibrated)
+    p.notes.push_back(r.machine->path + " was measured in " + r.machine->precision + ", this plan is " + precision +
+                      ": not calibrated");
   if (gpu) {
     const GpuSpec& g = find_gpu(r.gpu);
     p.peak_tflops = gpu_peak_tflops(g, precision);
@@ -409,19 +413,16 @@ Plan make_plan(const Request& r) {
     overhead = kGpuRuntimeOverheadBytes;
     p.mfu = default_mfu(true, g.tensor_cores, precision);
     p.mfu_source = "default";
-    if (r.machine && r.machine->precision == precision) {
+    if (calibrated) {
       // The measured GPU's executed FLOP/s against its own datasheet peak; a
       // GPU the table does not know is taken to be the planned one.
       const GpuSpec* measured = gpu_named_in(r.machine->gpu);
       const double measured_peak = measured ? gpu_peak_tflops(*measured, precision) : p.peak_tflops;
       p.mfu = r.machine->hardware_share * r.machine->gemm_peak_gflops / (measured_peak * 1000);
-      p.mfu_source = "calibrated from ctrl bench on " + r.machine->gpu + " (" + r.machine->path + ")";
+      p.mfu_source = "calibrated from ctrl bench on " + r.machine->measured_on() + " (" + r.machine->path + ")";
       if (!measured || measured->name != g.name)
         p.notes.push_back(r.machine->path + " was measured on " + r.machine->gpu + ", this plan is for " + g.name +
                           ": its utilisation is assumed to carry over");
-    } else if (r.machine) {
-      p.notes.push_back(r.machine->path + " was measured in " + r.machine->precision + ", this plan is " +
-                        precision + ": not calibrated");
     }
     intra_gbs = g.link_gbs / 2;
     intra_link = g.link;
@@ -439,14 +440,11 @@ Plan make_plan(const Request& r) {
     std::string name = r.cpu_name.empty() ? "CPU" : r.cpu_name;
     if (r.machine) {
       name = r.machine->cpu;
-      if (r.machine->precision == precision) {
+      if (calibrated) {
         peak_gflops = r.machine->gemm_peak_gflops;
         p.mfu = r.machine->hardware_share;
-        p.mfu_source = "calibrated from ctrl bench on " + r.machine->cpu + " (" +
+        p.mfu_source = "calibrated from ctrl bench on " + r.machine->measured_on() + " (" +
                        std::to_string(r.machine->threads) + " threads, " + r.machine->path + ")";
-      } else {
-        p.notes.push_back(r.machine->path + " was measured in " + r.machine->precision + ", this plan is " +
-                          precision + ": not calibrated");
       }
     }
     if (!(peak_gflops > 0)) fail("ctrl plan: no GEMM peak for this CPU (internal: cpu_peak_gflops not set)");
@@ -560,7 +558,7 @@ Plan make_plan(const Request& r) {
   else if (p.mfu_source == "--mfu")
     v += fmt(" at MFU %.2f (--mfu)", p.mfu);
   else
-    v += fmt(" at MFU %.3f ", p.mfu) + "calibrated from ctrl bench on " + r.machine->cpu;
+    v += fmt(" at MFU %.3f ", p.mfu) + "calibrated from ctrl bench on " + r.machine->measured_on();
   if (r.price_per_hour > 0) v += fmt(", cost %.0f", p.cost);
   if (p.zero_checkpoint_peak > p.device_memory)
     v += "; warning: saving a checkpoint peaks at " + gib(p.zero_checkpoint_peak) +

@@ -101,6 +101,7 @@ double gpu_peak_tflops(const GpuSpec& gpu, const std::string& precision);
 struct MachineProfile {
   std::string path, cpu, precision;
   std::string device = "cpu", gpu;  // the backend it ran on, and the GPU's name for cuda
+  const std::string& measured_on() const { return device == "cuda" ? gpu : cpu; }
   double tokens_per_s = 0, achieved_gflops = 0, gemm_peak_gflops = 0, share_of_gemm_peak = 0;
   // Executed FLOP/s over the GEMM peak: hardware_gflops / gemm_peak_gflops when
   // the file has it (recomputation), else share_of_gemm_peak.
