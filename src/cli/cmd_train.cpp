@@ -85,13 +85,14 @@ int run(const std::vector<std::string>& argv) {
   options.quiet = args.has("quiet");
   options.zero = int(args.get_int("zero", 0, 0, 1));
   options.before_step = fault_from_environment();
-  auto comm = make_communicator(args.get_double("timeout", 600, 0, 1e9, true));
+  options.collective_timeout = args.get_double("timeout", 600, 0, 1e9, true);
+  auto comm = make_communicator(options.collective_timeout);
   options.comm = comm.get();
   Trainer trainer(config, options);
   trainer.run();
   if (trainer.stopped_by()) return 128 + trainer.stopped_by();  // as a shell reports a signal: 130, 143, 129
   if (comm->rank() != 0) return 0;
-  if (comm->size() > 1) std::fprintf(stderr, "data-parallel over %s\n", comm->name().c_str());
+  if (comm->size() > 1) std::fprintf(stderr, "data-parallel over %s\n", trainer.communicator().name().c_str());
   std::fprintf(stderr, "done: %s (peak memory %.0f MiB); loss curve in %s/loss.svg\n", options.run_dir.c_str(),
                double(peak_rss_bytes()) / (1 << 20), options.run_dir.c_str());
   return 0;

@@ -20,8 +20,9 @@
 //    wrote it have finished: the trainer calls Ops::synchronize() before
 //    all_reduce_sum_start on a gradient bucket, before reduce_scatter_sum and
 //    before all_gather (on the CPU backends every op has finished when it
-//    returns, so the fence is free; a GPU backend waits for its stream or
-//    records an event that the communicator's stream waits on).
+//    returns, so the fence is free). A communicator that orders_after_backend()
+//    (NCCL) records an event on the backend's stream instead, which its own
+//    stream waits on; the trainer then skips the fence for gradient buckets.
 //  - Until wait() (or the blocking call) returns, no op may read or write
 //    the buffer's range.
 //  - This MPI communicator reads and writes the memory on the host, which is
@@ -54,6 +55,11 @@ class Communicator {
   // completed handle returns at once.
   virtual int all_reduce_sum_start(float* data, size_t n) = 0;
   virtual void wait(int handle) = 0;
+  // True when collectives on backend memory need no fence: the communicator
+  // itself orders each one after the ops already queued on the backend (NCCL
+  // given the backend's stream), so the trainer may hand over a gradient
+  // bucket the moment its backward ops are queued.
+  virtual bool orders_after_backend() const { return false; }
   // Copies `bytes` bytes from `root`'s buffer into every other rank's.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
@@ -91,8 +97,12 @@ std::unique_ptr<Communicator> make_single_communicator();
 // The device data plane for the cuda backend, one rank per GPU (nccl_communicator.cpp):
 // collectives on device memory run through NCCL on GPU `device`; host memory
 // and the control plane go to `host`, which also bootstraps NCCL and must
-// outlive the result. Throws ctrl::Error when libnccl.so.2 cannot be opened.
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int device);
+// outlive the result. With `backend_stream` (Ops::work_queue()) each
+// collective is ordered after the ops queued on it (orders_after_backend);
+// a collective not complete within `timeout_seconds` ends the job on every
+// rank. Throws ctrl::Error when libnccl.so.2 cannot be opened.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int device, void* backend_stream = nullptr,
+                                                     double timeout_seconds = 300);
 #endif
 
 #ifdef CTRL_HAVE_MPI

@@ -5,10 +5,18 @@
 // Each collective looks at its pointer: device memory goes to NCCL on this
 // communicator's own stream, anything else to the host communicator.
 //
-// Ordering follows communicator.h: the trainer fences the backend's stream
-// (Ops::synchronize) before it hands a buffer over, so NCCL's stream needs no
-// event from the compute stream; blocking calls wait for NCCL's stream, and
-// all_reduce_sum_start records an event that wait() synchronizes on.
+// Ordering, given the backend's stream: each device collective records an
+// event on the backend's stream and NCCL's stream waits for it, so a gradient
+// bucket is reduced once the backward kernels queued before it have run, while
+// the backward of the next layers is being queued and run (no host fence:
+// orders_after_backend()). wait() and the blocking calls return when the
+// collective has completed; the backend's later ops are queued after that.
+//
+// The watchdog: every host wait polls the collective's event, NCCL's
+// asynchronous error and the clock. A rank that died or hangs leaves the
+// others' NCCL kernels waiting forever; after `timeout` seconds, or at once on
+// an NCCL error, the communicator aborts NCCL and ends the job on every rank
+// through the host communicator, naming the collective.
 //
 // libnccl.so.2 is opened at run time, as cuBLASLt is (ops/cuda/gemm.cu), so
 // that a CUDA build starts on machines without NCCL; only multi-GPU training
@@ -17,10 +25,12 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -37,6 +47,8 @@ struct NcclApi {
   CTRL_NCCL_FN(ncclGetUniqueId)
   CTRL_NCCL_FN(ncclCommInitRank)
   CTRL_NCCL_FN(ncclCommDestroy)
+  CTRL_NCCL_FN(ncclCommAbort)
+  CTRL_NCCL_FN(ncclCommGetAsyncError)
   CTRL_NCCL_FN(ncclGetErrorString)
   CTRL_NCCL_FN(ncclAllReduce)
   CTRL_NCCL_FN(ncclBroadcast)
@@ -66,6 +78,8 @@ const NcclApi& nccl_api() {
     CTRL_NCCL_LOAD(ncclGetUniqueId)
     CTRL_NCCL_LOAD(ncclCommInitRank)
     CTRL_NCCL_LOAD(ncclCommDestroy)
+    CTRL_NCCL_LOAD(ncclCommAbort)
+    CTRL_NCCL_LOAD(ncclCommGetAsyncError)
     CTRL_NCCL_LOAD(ncclGetErrorString)
     CTRL_NCCL_LOAD(ncclAllReduce)
     CTRL_NCCL_LOAD(ncclBroadcast)
@@ -84,7 +98,12 @@ void check_cuda(cudaError_t e, const char* what) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Communicator& host, int device) : host_(host), device_(device), api_(nccl_api()) {
+  NcclCommunicator(Communicator& host, int device, void* backend_stream, double timeout_seconds)
+      : host_(host),
+        device_(device),
+        backend_(static_cast<cudaStream_t>(backend_stream)),
+        timeout_(timeout_seconds),
+        api_(nccl_api()) {
     if (!api_.loaded)
       fail("nccl communicator: " + api_.from + " (multi-GPU training needs NCCL: the toolkit's libnccl2, or "
            "PyTorch's nvidia-nccl wheel on LD_LIBRARY_PATH)");
@@ -94,16 +113,20 @@ class NcclCommunicator final : public Communicator {
     host_.broadcast(&id, sizeof id, 0);
     check(api_.ncclCommInitRank(&comm_, host_.size(), id, host_.rank()), "ncclCommInitRank");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaEventCreateWithFlags(&backend_done_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&collective_done_, cudaEventDisableTiming), "cudaEventCreate");
     int version = 0;
     api_.ncclGetVersion(&version);
     name_ = "nccl " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
             std::to_string(version % 100) + " on GPU " + std::to_string(device_) + ", over " + host_.name();
   }
   ~NcclCommunicator() override {
-    // No throwing here; pending handles are finished so that no buffer is left in flight.
+    // No throwing here; pending collectives are finished so that no buffer is left in flight.
     if (stream_) cudaStreamSynchronize(stream_);
     for (auto& p : pending_)
       if (p.event) cudaEventDestroy(p.event);
+    for (cudaEvent_t e : {backend_done_, collective_done_})
+      if (e) cudaEventDestroy(e);
     if (comm_) api_.ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -111,6 +134,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
   std::string name() const override { return name_; }
+  bool orders_after_backend() const override { return backend_ != nullptr; }
 
   void all_reduce_sum(float* data, size_t n) override {
     if (!on_device(data)) return host_.all_reduce_sum(data, n);
@@ -118,15 +142,18 @@ class NcclCommunicator final : public Communicator {
   }
   void all_reduce_sum(double* data, size_t n) override {
     if (!on_device(data)) return host_.all_reduce_sum(data, n);
+    follow_backend();
     check(api_.ncclAllReduce(data, data, n, ncclDouble, ncclSum, comm_, stream_), "ncclAllReduce");
-    finish();
+    finish("an all-reduce of " + std::to_string(n) + " doubles");
   }
   int all_reduce_sum_start(float* data, size_t n) override {
     Pending p;
     if (on_device(data)) {
+      follow_backend();
       check(api_.ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
       check_cuda(cudaEventCreateWithFlags(&p.event, cudaEventDisableTiming), "cudaEventCreate");
       check_cuda(cudaEventRecord(p.event, stream_), "cudaEventRecord");
+      p.floats = n;
     } else {
       p.host_handle = host_.all_reduce_sum_start(data, n);
     }
@@ -139,7 +166,7 @@ class NcclCommunicator final : public Communicator {
       Pending& p = pending_[size_t(h - first_)];
       if (p.done) continue;
       if (p.event) {
-        check_cuda(cudaEventSynchronize(p.event), "waiting for an all-reduce");
+        watch(p.event, "an all-reduce of " + std::to_string(p.floats) + " floats (handle " + std::to_string(h) + ")");
         cudaEventDestroy(p.event);
         p.event = nullptr;
       } else {
@@ -154,23 +181,26 @@ class NcclCommunicator final : public Communicator {
   }
   void broadcast(void* data, size_t bytes, int root) override {
     if (!on_device(data)) return host_.broadcast(data, bytes, root);
+    follow_backend();
     check(api_.ncclBroadcast(data, data, bytes, ncclChar, root, comm_, stream_), "ncclBroadcast");
-    finish();
+    finish("a broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root));
   }
   void barrier() override {
-    finish();
+    finish("the collectives before a barrier");
     host_.barrier();
   }
   void reduce_scatter_sum(const float* in, float* out, size_t count_per_rank) override {
     if (!on_device(in)) return host_.reduce_scatter_sum(in, out, count_per_rank);
+    follow_backend();
     check(api_.ncclReduceScatter(in, out, count_per_rank, ncclFloat, ncclSum, comm_, stream_), "ncclReduceScatter");
-    finish();
+    finish("a reduce-scatter of " + std::to_string(count_per_rank) + " floats per rank");
   }
   void all_gather(const float* in, float* out, size_t count_per_rank) override {
     if (!on_device(in)) return host_.all_gather(in, out, count_per_rank);
+    follow_backend();
     // NCCL's in-place form is exactly communicator.h's: in == out + rank * count.
     check(api_.ncclAllGather(in, out, count_per_rank, ncclFloat, comm_, stream_), "ncclAllGather");
-    finish();
+    finish("an all-gather of " + std::to_string(count_per_rank) + " floats per rank");
   }
   void check_identical(const std::string& what, const std::string& value) override {
     host_.check_identical(what, value);
@@ -183,6 +213,7 @@ class NcclCommunicator final : public Communicator {
  private:
   struct Pending {
     cudaEvent_t event = nullptr;  // a device all-reduce
+    size_t floats = 0;            // its length, for the watchdog's message
     int host_handle = -1;         // else the host communicator's handle
     bool done = false;
   };
@@ -195,7 +226,47 @@ class NcclCommunicator final : public Communicator {
     }
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
   }
-  void finish() { check_cuda(cudaStreamSynchronize(stream_), "waiting for an NCCL collective"); }
+  // NCCL's stream waits for the work queued so far on the backend's stream.
+  // One event serves every call: a stream waits for the event's latest record.
+  void follow_backend() {
+    if (!backend_) return;
+    check_cuda(cudaEventRecord(backend_done_, backend_), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(stream_, backend_done_, 0), "cudaStreamWaitEvent");
+  }
+  // Returns when everything queued on NCCL's stream has run.
+  void finish(const std::string& what) {
+    check_cuda(cudaEventRecord(collective_done_, stream_), "cudaEventRecord");
+    watch(collective_done_, what);
+  }
+  // The watchdog (top of the file): returns when `event` has completed.
+  void watch(cudaEvent_t event, const std::string& what) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int polls = 0;; ++polls) {
+      const cudaError_t e = cudaEventQuery(event);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) check_cuda(e, ("waiting for " + what).c_str());
+      ncclResult_t async = ncclSuccess;
+      api_.ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress)
+        end_job(what + " failed in NCCL: " + api_.ncclGetErrorString(async));
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout_)
+        end_job(what + " did not complete within " + std::to_string(int64_t(timeout_)) +
+                " s: another rank has died, hangs, or is not making the same calls");
+      if (polls < 1000)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  // Frees this rank's NCCL kernels from their wait, then ends every rank.
+  [[noreturn]] void end_job(const std::string& why) {
+    api_.ncclCommAbort(comm_);
+    comm_ = nullptr;
+    host_.abort("ctrl: rank " + std::to_string(host_.rank()) + " of " + std::to_string(host_.size()) + " (GPU " +
+                std::to_string(device_) + "): " + why + "; ending all ranks");
+    std::abort();  // not reached
+  }
   void check(ncclResult_t r, const char* what) {
     if (r != ncclSuccess)
       fail(std::string("nccl communicator (rank ") + std::to_string(host_.rank()) + "): " + what + ": " +
@@ -204,9 +275,12 @@ class NcclCommunicator final : public Communicator {
 
   Communicator& host_;
   int device_;
+  cudaStream_t backend_;  // the backend's stream (null: the caller fences)
+  double timeout_;
   const NcclApi& api_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t backend_done_ = nullptr, collective_done_ = nullptr;
   std::vector<Pending> pending_;  // handles first_, first_ + 1, ...; earlier ones are done
   int first_ = 0;
   std::string name_;
@@ -214,8 +288,9 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int device) {
-  return std::make_unique<NcclCommunicator>(host, device);
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int device, void* backend_stream,
+                                                     double timeout_seconds) {
+  return std::make_unique<NcclCommunicator>(host, device, backend_stream, timeout_seconds);
 }
 
 }  // namespace ctrl

@@ -38,6 +38,7 @@ class OpsDecorator : public Ops {
   bool host_memory() const override { return inner_->host_memory(); }
   uint64_t peak_device_bytes() const override { return inner_->peak_device_bytes(); }
   int gpu() const override { return inner_->gpu(); }
+  void* work_queue() const override { return inner_->work_queue(); }
   std::string gpu_name() const override { return inner_->gpu_name(); }
 
   void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,

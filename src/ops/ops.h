@@ -124,6 +124,10 @@ class Ops {
   // (e.g. "NVIDIA H200"), or -1 and "" for host backends.
   virtual int gpu() const { return -1; }
   virtual std::string gpu_name() const { return ""; }
+  // The queue this backend's ops run on, for a device communicator that
+  // orders its collectives after them by events instead of host fences (the
+  // cuda backend's cudaStream_t); null for backends whose ops finish on return.
+  virtual void* work_queue() const { return nullptr; }
   // What a user should know about running products in `low` precision on this
   // backend's hardware (emulated, or no faster than fp32), or "" when it runs natively.
   virtual std::string precision_note(DType low) const = 0;

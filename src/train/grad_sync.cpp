@@ -53,10 +53,12 @@ const DeviceArray<float>& GradientSync::summed_gradients() {
 }
 
 // Hands gradient elements [offset, offset + n) to the communicator once the
-// fence says the backward that wrote them has finished; the gradients stay
-// lent to it until summed_gradients waits for them all.
+// fence says the backward that wrote them has finished (a communicator that
+// orders itself after the backend's queue takes them at once, and reduces them
+// while later layers' backward runs); the gradients stay lent to it until
+// summed_gradients waits for them all.
 void GradientSync::start_reduce(size_t offset, size_t n) {
-  ops_.synchronize();
+  if (!comm_.orders_after_backend()) ops_.synchronize();
   if (!grads_lent_) ops_.begin_host_access(model_.grads.data());
   grads_lent_ = true;
   pending_.push_back(comm_.all_reduce_sum_start(model_.grads.data() + offset, n));

@@ -28,6 +28,9 @@ struct TrainerOptions {
   // process. Only rank 0 writes checkpoints, metrics and the loss curve.
   Communicator* comm = nullptr;
   int zero = 0;  // 1: ZeRO-1, optimizer state sharded across ranks
+  // A device collective (NCCL) not complete within this many seconds ends the
+  // job on every rank, as comm's own timeout does for host collectives.
+  double collective_timeout = 600;
   // Called on every rank before each optimizer step (numbered from 1), with
   // the rank: ctrl train's fault injection for tests (CTRL_TEST_FAULT) goes here.
   std::function<void(int64_t step, int rank)> before_step = nullptr;
@@ -48,6 +51,8 @@ class Trainer {
   const std::vector<double>& step_losses() const { return step_losses_; }
   Model& model() { return *model_; }
   const TrainState& state() const { return state_; }
+  // The communicator the gradients go through (NCCL over options.comm for a GPU backend).
+  const Communicator& communicator() const { return *comm_; }
 
  private:
   // Construction, in this order; each refuses what cannot work before anything is written.

@@ -59,6 +59,7 @@ class CudaOps final : public Ops {
   uint64_t peak_device_bytes() const override { return peak_bytes_; }
   int gpu() const override { return device_; }
   std::string gpu_name() const override { return gpu_name_; }
+  void* work_queue() const override { return stream_; }
   std::string precision_note(DType low) const override;
   void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
                       int64_t Din) override;
