@@ -78,7 +78,7 @@ class CpuOps final : public Ops {
   std::vector<float> f32_scratch_;        // fp32 results bound for bf16 outputs
   std::vector<uint16_t> bf16_scratch_;    // bf16 copies of fp32 gradients for bf16 products
   std::vector<float> widened_[5];         // fp32 copies of fp16 operands (3, 4: lm_head_distill's teacher)
-  std::vector<float> head_dh_partial_;    // lm_head_loss: per thread, its vocabulary blocks' share of dh
+  std::vector<float> head_dh_partial_;    // lm_head_loss: per group of vocabulary blocks, its share of dh
   std::vector<uint16_t> head_dlogits_;    // lm_head_loss: per thread, one block's bf16 logit gradients
   std::vector<float> distill_rows_;       // lm_head_distill: per thread, two rows of V
   // lm_head_loss, and lm_head_distill when `teacher` is not null (lm_head.cpp).

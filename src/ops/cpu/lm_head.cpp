@@ -3,9 +3,13 @@
 //
 // Within a chunk the work is split by vocabulary blocks, one block per task on
 // one thread: a block's logits, its bf16 logit gradients, its share of dw and
-// db and its partial dh stay in that thread's cache. One product over the
-// whole vocabulary (V = 32000 against 256 rows) splits poorly inside oneDNN:
-// the dw product ran at 530 GFLOP/s that way against 790 by blocks.
+// db stay in that thread's cache. One product over the whole vocabulary
+// (V = 32000 against 256 rows) splits poorly inside oneDNN: the dw product ran
+// at 530 GFLOP/s that way against 790 by blocks. The tasks are handed out
+// dynamically, so that a thread whose core another process shares takes fewer
+// of them; dh is summed over fixed groups of consecutive blocks (a partial per
+// group, then the groups in order), so its bits do not depend on which thread
+// ran which block.
 #include <omp.h>
 
 #include <algorithm>
@@ -23,6 +27,9 @@ constexpr int64_t kVocabBlock = 2048;
 // Row stride of a block's bf16 gradients: padded off the power of two, whose
 // 4 KiB stride made the dw product 30% slower (cache-set conflicts).
 constexpr int64_t kBlockStride = kVocabBlock + 32;
+// dh's groups of blocks per thread: enough tasks for the dynamic schedule to
+// even out a thread that runs at half speed.
+constexpr int64_t kGroupsPerThread = 4;
 }  // namespace
 
 void CpuOps::lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D,
@@ -71,9 +78,9 @@ void CpuOps::head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const i
   std::vector<float> teacher_max(teacher ? static_cast<size_t>(chunk_rows * blocks) : 0);
   if (teacher) distill_rows_.resize(size_t(threads) * 2 * size_t(V));
   std::vector<float> block_max(static_cast<size_t>(chunk_rows * blocks)), row_factor(static_cast<size_t>(chunk_rows));
-  std::vector<char> has_partial(static_cast<size_t>(threads));
+  const int64_t groups = std::min<int64_t>(blocks, kGroupsPerThread * threads);
   if (dh) {
-    head_dh_partial_.resize(size_t(threads * chunk_rows * D));
+    head_dh_partial_.resize(size_t(groups * chunk_rows * D));
     if (low) head_dlogits_.resize(size_t(threads * chunk_rows * kBlockStride));
   }
   for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
@@ -82,7 +89,7 @@ void CpuOps::head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const i
 #pragma omp parallel num_threads(threads)
     {
       // Logits of each block, the bias, and the block's maximum per row.
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t v0 = blk * kVocabBlock, bw = std::min(kVocabBlock, V - v0);
         if (low)
@@ -110,7 +117,7 @@ void CpuOps::head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const i
         }
       }
       // Softmax statistics and the loss per row; the row becomes exp(logit - max).
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 8)
       for (int64_t r = 0; r < R; ++r) {
         float* row = logits + r * V;
         const int32_t target = targets[r0 + r];
@@ -148,45 +155,46 @@ void CpuOps::head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const i
         row_factor[size_t(r)] = target >= 0 ? float(double(grad_scale) * ce_share / sum) : 0.0f;
       }
       if (dh) {
-        // Per block: logit gradients (softmax − one-hot, scaled), db, dw and a partial dh.
-        const int t = omp_get_thread_num();
-        float* dh_part = head_dh_partial_.data() + size_t(t * chunk_rows * D);
-        uint16_t* dl_low = low ? head_dlogits_.data() + size_t(t * chunk_rows * kBlockStride) : nullptr;
-        has_partial[size_t(t)] = 0;
-#pragma omp for schedule(static)
-        for (int64_t blk = 0; blk < blocks; ++blk) {
-          const int64_t v0 = blk * kVocabBlock, bw = std::min(kVocabBlock, V - v0);
-          for (int64_t r = 0; r < R; ++r) {
-            float* row = logits + r * V + v0;
-            row_scale(row, bw, row_factor[size_t(r)]);
-            const int32_t target = targets[r0 + r];
-            if (target >= v0 && target < v0 + bw) row[target - v0] -= target_grad;
-            if (kl_gradient && target >= 0) {
-              const float* g = teacher->scratch + r * V + v0;
-              for (int64_t v = 0; v < bw; ++v) row[v] += g[v];
+        // Per block: logit gradients (softmax − one-hot, scaled), db, dw, and
+        // the block's share of its group's partial dh.
+        uint16_t* dl_low = low ? head_dlogits_.data() + size_t(omp_get_thread_num() * chunk_rows * kBlockStride)
+                               : nullptr;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t g = 0; g < groups; ++g) {
+          float* dh_part = head_dh_partial_.data() + size_t(g * chunk_rows * D);
+          for (int64_t blk = g * blocks / groups; blk < (g + 1) * blocks / groups; ++blk) {
+            const int64_t v0 = blk * kVocabBlock, bw = std::min(kVocabBlock, V - v0);
+            for (int64_t r = 0; r < R; ++r) {
+              float* row = logits + r * V + v0;
+              row_scale(row, bw, row_factor[size_t(r)]);
+              const int32_t target = targets[r0 + r];
+              if (target >= v0 && target < v0 + bw) row[target - v0] -= target_grad;
+              if (kl_gradient && target >= 0) {
+                const float* kl_grad = teacher->scratch + r * V + v0;
+                for (int64_t v = 0; v < bw; ++v) row[v] += kl_grad[v];
+              }
+              for (int64_t v = 0; v < bw; ++v) db[v0 + v] += row[v];
+              if (low) to_bf16(row, dl_low + r * kBlockStride, bw);
             }
-            for (int64_t v = 0; v < bw; ++v) db[v0 + v] += row[v];
-            if (low) to_bf16(row, dl_low + r * kBlockStride, bw);
+            const float beta = blk == g * blocks / groups ? 0.0f : 1.0f;  // the group's first block starts its partial
+            if (low) {
+              gemm_bf16(true, false, bw, D, R, 1.0f, dl_low, kBlockStride, h_ref.bf16() + r0 * D, D, 1.0f,
+                        dw + v0 * D, D);
+              gemm_bf16(false, false, R, D, bw, 1.0f, dl_low, kBlockStride, w_ref.bf16() + v0 * D, D, beta, dh_part,
+                        D);
+            } else {
+              gemm_f32(true, false, bw, D, R, 1.0f, logits + v0, V, h + r0 * D, D, 1.0f, dw + v0 * D, D);
+              gemm_f32(false, false, R, D, bw, 1.0f, logits + v0, V, w + v0 * D, D, beta, dh_part, D);
+            }
           }
-          const float beta = has_partial[size_t(t)] ? 1.0f : 0.0f;
-          if (low) {
-            gemm_bf16(true, false, bw, D, R, 1.0f, dl_low, kBlockStride, h_ref.bf16() + r0 * D, D, 1.0f, dw + v0 * D,
-                      D);
-            gemm_bf16(false, false, R, D, bw, 1.0f, dl_low, kBlockStride, w_ref.bf16() + v0 * D, D, beta, dh_part, D);
-          } else {
-            gemm_f32(true, false, bw, D, R, 1.0f, logits + v0, V, h + r0 * D, D, 1.0f, dw + v0 * D, D);
-            gemm_f32(false, false, R, D, bw, 1.0f, logits + v0, V, w + v0 * D, D, beta, dh_part, D);
-          }
-          has_partial[size_t(t)] = 1;
         }
-        // dh = Σ partials in thread order (the loop's implicit barrier made them complete).
-#pragma omp for schedule(static)
+        // dh = Σ group partials in group order (the loop's implicit barrier made them complete).
+#pragma omp for schedule(dynamic, 8)
         for (int64_t r = 0; r < R; ++r) {
           float* out = dh + (r0 + r) * D;
-          std::fill(out, out + D, 0.0f);
-          for (int p = 0; p < threads; ++p) {
-            if (!has_partial[size_t(p)]) continue;
-            const float* part = head_dh_partial_.data() + size_t(p * chunk_rows * D) + r * D;
+          std::copy_n(head_dh_partial_.data() + r * D, D, out);
+          for (int64_t g = 1; g < groups; ++g) {
+            const float* part = head_dh_partial_.data() + size_t(g * chunk_rows * D) + r * D;
             for (int64_t d = 0; d < D; ++d) out[d] += part[d];
           }
         }
