@@ -121,8 +121,20 @@ class NcclCommunicator final : public Communicator {
             std::to_string(version % 100) + " on GPU " + std::to_string(device_) + ", over " + host_.name();
   }
   ~NcclCommunicator() override {
-    // No throwing here; pending collectives are finished so that no buffer is left in flight.
-    if (stream_) cudaStreamSynchronize(stream_);
+    // No throwing here. Pending collectives are finished so that no buffer is
+    // left in flight, within the timeout: a rank unwinding from an error may
+    // have a collective that waits for peers that will never join, and then
+    // the communicator is aborted instead.
+    if (stream_ && comm_) {
+      const auto start = std::chrono::steady_clock::now();
+      while (cudaStreamQuery(stream_) == cudaErrorNotReady &&
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < timeout_)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      if (cudaStreamQuery(stream_) != cudaSuccess) {
+        api_.ncclCommAbort(comm_);
+        comm_ = nullptr;
+      }
+    }
     for (auto& p : pending_)
       if (p.event) cudaEventDestroy(p.event);
     for (cudaEvent_t e : {backend_done_, collective_done_})

@@ -165,7 +165,8 @@ void CudaOps::attention_decode(float* out, const float* q, const float* k_cache,
                                int64_t D, int64_t H) {
   const int64_t hd = D / H;
   const size_t shared = size_t(n) * sizeof(float);
-  if (shared > 48 * 1024) fail("cuda: attention_decode over " + std::to_string(n) + " positions needs more shared memory");
+  // 48 KiB per block without opting in, less the kernel's own 32-float array.
+  if (shared + 32 * sizeof(float) > 48 * 1024) fail("cuda: attention_decode over " + std::to_string(n) + " positions needs more shared memory");
   attention_decode_kernel<<<unsigned(H), 128, shared, stream_>>>(out, q, k_cache, v_cache, n, D, hd,
                                                                  1.0f / std::sqrt(float(hd)));
   CTRL_CUDA_LAUNCHED("attention_decode");

@@ -176,7 +176,7 @@ const float* CudaOps::positions(int64_t T, int64_t D) {
   device_free(positions_);
   positions_ = nullptr;
   positions_ = static_cast<float*>(device_malloc(host.size() * sizeof(float), "the position table"));
-  CTRL_CUDA(cudaMemcpy(positions_, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  upload(positions_, host.data(), host.size() * sizeof(float));  // on stream_: kernels queued later see the table
   positions_T_ = rows, positions_D_ = D;
   return positions_;
 }

@@ -92,7 +92,7 @@ const void* CudaOps::segment_table(const std::vector<UpdateSegment>& segments) {
     segments_dev_ = device_malloc(bytes, "the optimizer's segment table");
     segments_capacity_ = bytes;
   }
-  CTRL_CUDA(cudaMemcpy(segments_dev_, table.data(), bytes, cudaMemcpyHostToDevice));
+  upload(segments_dev_, table.data(), bytes);  // on stream_: kernels queued later see the table
   segments_host_ = segments;
   return segments_dev_;
 }
