@@ -1,8 +1,9 @@
 // The NCCL communicator (src/dist/nccl_communicator.cpp) with one rank, on the
 // first GPU: device buffers go through NCCL, host buffers to the host
 // communicator, and with one rank every collective leaves the data as the
-// single-process communicator would. Skipped, with the reason, where there is
-// no GPU or no NCCL in the build. The ≥ 2-GPU equivalence (N ranks × b =
+// single-process communicator would; a collective handed a buffer without a
+// fence runs after the ops queued on the backend's stream. Skipped, with the
+// reason, where there is no GPU or no NCCL in the build. The ≥ 2-GPU equivalence (N ranks × b =
 // 1 rank × N·b) is the MPI trainer test run with --device cuda on such a machine.
 #include <gtest/gtest.h>
 
@@ -24,7 +25,8 @@ TEST(Nccl, OneRankCollectivesOnDeviceAndHostMemory) {
   if (std::find(devices.begin(), devices.end(), "cuda") == devices.end()) GTEST_SKIP() << "no CUDA device found";
   auto ops = ctrl::make_ops("cuda:0");
   auto host = ctrl::make_single_communicator();
-  auto comm = ctrl::make_nccl_communicator(*host, ops->gpu());
+  auto comm = ctrl::make_nccl_communicator(*host, ops->gpu(), ops->work_queue(), 60);
+  EXPECT_TRUE(comm->orders_after_backend());
   EXPECT_EQ(comm->size(), 1);
   EXPECT_EQ(comm->rank(), 0);
   EXPECT_NE(comm->name().find("nccl"), std::string::npos) << comm->name();
@@ -57,6 +59,20 @@ TEST(Nccl, OneRankCollectivesOnDeviceAndHostMemory) {
   EXPECT_EQ(device_values(b), values);
   comm->broadcast(a, n * sizeof(float), 0);
   EXPECT_EQ(device_values(a), values);
+
+  // No fence: the collective is ordered after the fill still queued on the
+  // backend's stream. Out of place (one rank's reduce-scatter copies c into
+  // the zero-filled d), so a copy that ran early would leave zeros.
+  const size_t big = size_t(1) << 24;
+  auto* c = static_cast<float*>(ops->allocate(big * sizeof(float), "nccl.c"));
+  auto* d = static_cast<float*>(ops->allocate(big * sizeof(float), "nccl.d"));
+  ops->fill(c, big, 3.0f);
+  comm->reduce_scatter_sum(c, d, big);
+  std::vector<float> copied(big);
+  ops->download(copied.data(), d, big * sizeof(float));
+  EXPECT_EQ(std::count(copied.begin(), copied.end(), 3.0f), ptrdiff_t(big));
+  ops->release(c);
+  ops->release(d);
 
   std::vector<double> host_sums = {1.5, -2.0};  // host memory: the host communicator's
   comm->all_reduce_sum(host_sums.data(), host_sums.size());
