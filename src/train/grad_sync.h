@@ -3,9 +3,10 @@
 // summed gradient: each transformer layer's bucket starts reducing as soon
 // as the last micro-batch's backward has written it (a fence first, as
 // dist/communicator.h requires, unless the communicator orders itself after
-// the backend's queue), the rest (embedding, final LayerNorm, head bias) after. With ZeRO-1 a reduce-scatter leaves each rank the summed
-// gradient of its shard, and after the update an all-gather gives every rank
-// all the parameters. With one rank nothing moves.
+// the backend's queue), the rest (embedding, final LayerNorm, head bias)
+// after. With ZeRO-1 a reduce-scatter leaves each rank the summed gradient of
+// its shard, and after the update an all-gather gives every rank all the
+// parameters. With one rank nothing moves.
 #pragma once
 #include <cstddef>
 #include <utility>
