@@ -25,7 +25,7 @@ TEST(Nccl, OneRankCollectivesOnDeviceAndHostMemory) {
   if (std::find(devices.begin(), devices.end(), "cuda") == devices.end()) GTEST_SKIP() << "no CUDA device found";
   auto ops = ctrl::make_ops("cuda:0");
   auto host = ctrl::make_single_communicator();
-  auto comm = ctrl::make_nccl_communicator(*host, ops->gpu(), ops->work_queue(), 60);
+  auto comm = ctrl::make_nccl_communicator(*host, ops->gpu(), ops->work_queue());
   EXPECT_TRUE(comm->orders_after_backend());
   EXPECT_EQ(comm->size(), 1);
   EXPECT_EQ(comm->rank(), 0);

@@ -85,8 +85,7 @@ int run(const std::vector<std::string>& argv) {
   options.quiet = args.has("quiet");
   options.zero = int(args.get_int("zero", 0, 0, 1));
   options.before_step = fault_from_environment();
-  options.collective_timeout = args.get_double("timeout", 600, 0, 1e9, true);
-  auto comm = make_communicator(options.collective_timeout);
+  auto comm = make_communicator(args.get_double("timeout", 600, 0, 1e9, true));
   options.comm = comm.get();
   Trainer trainer(config, options);
   trainer.run();

@@ -60,6 +60,8 @@ class Communicator {
   // given the backend's stream), so the trainer may hand over a gradient
   // bucket the moment its backward ops are queued.
   virtual bool orders_after_backend() const { return false; }
+  // Seconds a collective may take before the job is ended (make_communicator's timeout).
+  virtual double timeout_seconds() const = 0;
   // Copies `bytes` bytes from `root`'s buffer into every other rank's.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
@@ -91,7 +93,7 @@ class Communicator {
 std::unique_ptr<Communicator> make_communicator(double timeout_seconds = 300);
 
 // The single-process communicator, whatever the environment (for tools and tests).
-std::unique_ptr<Communicator> make_single_communicator();
+std::unique_ptr<Communicator> make_single_communicator(double timeout_seconds = 300);
 
 #ifdef CTRL_HAVE_NCCL
 // The device data plane for the cuda backend, one rank per GPU (nccl_communicator.cpp):
@@ -99,10 +101,9 @@ std::unique_ptr<Communicator> make_single_communicator();
 // and the control plane go to `host`, which also bootstraps NCCL and must
 // outlive the result. With `backend_stream` (Ops::work_queue()) each
 // collective is ordered after the ops queued on it (orders_after_backend);
-// a collective not complete within `timeout_seconds` ends the job on every
-// rank. Throws ctrl::Error when libnccl.so.2 cannot be opened.
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int device, void* backend_stream = nullptr,
-                                                     double timeout_seconds = 300);
+// a collective not complete within host.timeout_seconds() ends the job on
+// every rank. Throws ctrl::Error when libnccl.so.2 cannot be opened.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int device, void* backend_stream = nullptr);
 #endif
 
 #ifdef CTRL_HAVE_MPI

@@ -116,6 +116,7 @@ class MpiCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  double timeout_seconds() const override { return timeout_; }
   std::string name() const override {
     return "mpi (" + library_ + ", " + std::to_string(size_) + (size_ == 1 ? " rank" : " ranks") + " on " +
            std::to_string(hosts_) + (hosts_ == 1 ? " host)" : " hosts)");

@@ -98,12 +98,8 @@ void check_cuda(cudaError_t e, const char* what) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Communicator& host, int device, void* backend_stream, double timeout_seconds)
-      : host_(host),
-        device_(device),
-        backend_(static_cast<cudaStream_t>(backend_stream)),
-        timeout_(timeout_seconds),
-        api_(nccl_api()) {
+  NcclCommunicator(Communicator& host, int device, void* backend_stream)
+      : host_(host), device_(device), backend_(static_cast<cudaStream_t>(backend_stream)), api_(nccl_api()) {
     if (!api_.loaded)
       fail("nccl communicator: " + api_.from + " (multi-GPU training needs NCCL: the toolkit's libnccl2, or "
            "PyTorch's nvidia-nccl wheel on LD_LIBRARY_PATH)");
@@ -125,15 +121,11 @@ class NcclCommunicator final : public Communicator {
     // left in flight, within the timeout: a rank unwinding from an error may
     // have a collective that waits for peers that will never join, and then
     // the communicator is aborted instead.
-    if (stream_ && comm_) {
-      const auto start = std::chrono::steady_clock::now();
-      while (cudaStreamQuery(stream_) == cudaErrorNotReady &&
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < timeout_)
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      if (cudaStreamQuery(stream_) != cudaSuccess) {
-        api_.ncclCommAbort(comm_);
-        comm_ = nullptr;
-      }
+    std::string why;
+    if (comm_ && (cudaEventRecord(collective_done_, stream_) != cudaSuccess ||
+                  poll(collective_done_, &why) != Poll::kDone)) {
+      api_.ncclCommAbort(comm_);
+      comm_ = nullptr;
     }
     for (auto& p : pending_)
       if (p.event) cudaEventDestroy(p.event);
@@ -147,6 +139,7 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return host_.size(); }
   std::string name() const override { return name_; }
   bool orders_after_backend() const override { return backend_ != nullptr; }
+  double timeout_seconds() const override { return host_.timeout_seconds(); }
 
   void all_reduce_sum(float* data, size_t n) override {
     if (!on_device(data)) return host_.all_reduce_sum(data, n);
@@ -252,19 +245,31 @@ class NcclCommunicator final : public Communicator {
   }
   // The watchdog (top of the file): returns when `event` has completed.
   void watch(cudaEvent_t event, const std::string& what) {
+    std::string why;
+    switch (poll(event, &why)) {
+      case Poll::kDone: return;
+      case Poll::kCudaError: fail("nccl communicator: waiting for " + what + ": " + why);
+      case Poll::kHung: end_job(what + why);
+    }
+  }
+  // Polls `event` until it completes, CUDA reports an error, or NCCL reports
+  // an error or the timeout passes (kHung); `why` says which. Never throws.
+  enum class Poll { kDone, kCudaError, kHung };
+  Poll poll(cudaEvent_t event, std::string* why) const {
     const auto start = std::chrono::steady_clock::now();
+    const double timeout = timeout_seconds();
     for (int polls = 0;; ++polls) {
       const cudaError_t e = cudaEventQuery(event);
-      if (e == cudaSuccess) return;
-      if (e != cudaErrorNotReady) check_cuda(e, ("waiting for " + what).c_str());
+      if (e == cudaSuccess) return Poll::kDone;
+      if (e != cudaErrorNotReady) return *why = cudaGetErrorString(e), Poll::kCudaError;
       ncclResult_t async = ncclSuccess;
       api_.ncclCommGetAsyncError(comm_, &async);
       if (async != ncclSuccess && async != ncclInProgress)
-        end_job(what + " failed in NCCL: " + api_.ncclGetErrorString(async));
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (waited > timeout_)
-        end_job(what + " did not complete within " + std::to_string(int64_t(timeout_)) +
-                " s: another rank has died, hangs, or is not making the same calls");
+        return *why = std::string(" failed in NCCL: ") + api_.ncclGetErrorString(async), Poll::kHung;
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout)
+        return *why = " did not complete within " + std::to_string(int64_t(timeout)) +
+                      " s: another rank has died, hangs, or is not making the same calls",
+               Poll::kHung;
       if (polls < 1000)
         std::this_thread::yield();
       else
@@ -288,7 +293,6 @@ class NcclCommunicator final : public Communicator {
   Communicator& host_;
   int device_;
   cudaStream_t backend_;  // the backend's stream (null: the caller fences)
-  double timeout_;
   const NcclApi& api_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
@@ -300,9 +304,8 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int device, void* backend_stream,
-                                                     double timeout_seconds) {
-  return std::make_unique<NcclCommunicator>(host, device, backend_stream, timeout_seconds);
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, int device, void* backend_stream) {
+  return std::make_unique<NcclCommunicator>(host, device, backend_stream);
 }
 
 }  // namespace ctrl

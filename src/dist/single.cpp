@@ -13,9 +13,11 @@ namespace {
 
 class SingleCommunicator final : public Communicator {
  public:
+  explicit SingleCommunicator(double timeout_seconds) : timeout_(timeout_seconds) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string name() const override { return "single"; }
+  double timeout_seconds() const override { return timeout_; }
   void all_reduce_sum(float*, size_t) override {}
   void all_reduce_sum(double*, size_t) override {}
   int all_reduce_sum_start(float*, size_t) override { return ++last_handle_; }
@@ -36,6 +38,7 @@ class SingleCommunicator final : public Communicator {
   }
 
  private:
+  double timeout_;
   int last_handle_ = 0;
 };
 
@@ -48,7 +51,9 @@ int launcher_world_size() {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_single_communicator() { return std::make_unique<SingleCommunicator>(); }
+std::unique_ptr<Communicator> make_single_communicator(double timeout_seconds) {
+  return std::make_unique<SingleCommunicator>(timeout_seconds);
+}
 
 std::unique_ptr<Communicator> make_communicator(double timeout_seconds) {
   if (!(timeout_seconds > 0))
@@ -61,7 +66,7 @@ std::unique_ptr<Communicator> make_communicator(double timeout_seconds) {
     fail("ctrl: started by mpirun with " + std::to_string(world) +
          " ranks, but this ctrl was built without MPI (install libopenmpi-dev and rebuild with -DCTRL_WITH_MPI=ON)");
 #endif
-  return make_single_communicator();
+  return make_single_communicator(timeout_seconds);
 }
 
 }  // namespace ctrl

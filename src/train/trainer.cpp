@@ -208,7 +208,7 @@ void Trainer::build_engine(const Checkpoint* teacher) {
   const int64_t ranks = comm_->size();
   if (!ops_->host_memory() && (ranks > 1 || options_.zero == 1)) {
 #ifdef CTRL_HAVE_NCCL
-    device_comm_ = make_nccl_communicator(*comm_, ops_->gpu(), ops_->work_queue(), options_.collective_timeout);
+    device_comm_ = make_nccl_communicator(*comm_, ops_->gpu(), ops_->work_queue());
     comm_ = device_comm_.get();
 #else
     fail(std::string("--device ") + t.device + " with " +

@@ -28,9 +28,6 @@ struct TrainerOptions {
   // process. Only rank 0 writes checkpoints, metrics and the loss curve.
   Communicator* comm = nullptr;
   int zero = 0;  // 1: ZeRO-1, optimizer state sharded across ranks
-  // A device collective (NCCL) not complete within this many seconds ends the
-  // job on every rank, as comm's own timeout does for host collectives.
-  double collective_timeout = 600;
   // Called on every rank before each optimizer step (numbered from 1), with
   // the rank: ctrl train's fault injection for tests (CTRL_TEST_FAULT) goes here.
   std::function<void(int64_t step, int rank)> before_step = nullptr;
