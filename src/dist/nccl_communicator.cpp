@@ -16,7 +16,12 @@
 // asynchronous error and the clock. A rank that died or hangs leaves the
 // others' NCCL kernels waiting forever; after `timeout` seconds, or at once on
 // an NCCL error, the communicator aborts NCCL and ends the job on every rank
-// through the host communicator, naming the collective.
+// through the host communicator, naming the collective. The communicator is
+// created non-blocking (NCCL >= 2.14), so that its initialisation and the
+// connection set-up that a first collective may do also return at once and
+// are waited for under the same watchdog: a rank that dies between the id's
+// broadcast and NCCL's initialisation no longer leaves the others waiting
+// inside NCCL. An older libnccl initialises blocking, without that cover.
 //
 // libnccl.so.2 is opened at run time, as cuBLASLt is (ops/cuda/gemm.cu), so
 // that a CUDA build starts on machines without NCCL; only multi-GPU training
@@ -46,6 +51,7 @@ struct NcclApi {
   CTRL_NCCL_FN(ncclGetVersion)
   CTRL_NCCL_FN(ncclGetUniqueId)
   CTRL_NCCL_FN(ncclCommInitRank)
+  CTRL_NCCL_FN(ncclCommInitRankConfig)  // optional (NCCL >= 2.14): null when absent
   CTRL_NCCL_FN(ncclCommDestroy)
   CTRL_NCCL_FN(ncclCommAbort)
   CTRL_NCCL_FN(ncclCommGetAsyncError)
@@ -86,6 +92,8 @@ const NcclApi& nccl_api() {
     CTRL_NCCL_LOAD(ncclReduceScatter)
     CTRL_NCCL_LOAD(ncclAllGather)
 #undef CTRL_NCCL_LOAD
+    api.ncclCommInitRankConfig =
+        reinterpret_cast<decltype(api.ncclCommInitRankConfig)>(dlsym(lib, "ncclCommInitRankConfig"));
     if (!ok) api.from += " lacks an NCCL function";
     api.loaded = ok;
   });
@@ -107,7 +115,13 @@ class NcclCommunicator final : public Communicator {
     ncclUniqueId id{};
     if (host_.rank() == 0) check(api_.ncclGetUniqueId(&id), "ncclGetUniqueId");
     host_.broadcast(&id, sizeof id, 0);
-    check(api_.ncclCommInitRank(&comm_, host_.size(), id, host_.rank()), "ncclCommInitRank");
+    if (api_.ncclCommInitRankConfig) {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      issue(api_.ncclCommInitRankConfig(&comm_, host_.size(), id, host_.rank(), &config), "NCCL's initialisation");
+    } else {
+      check(api_.ncclCommInitRank(&comm_, host_.size(), id, host_.rank()), "ncclCommInitRank");
+    }
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaEventCreateWithFlags(&backend_done_, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cudaEventCreateWithFlags(&collective_done_, cudaEventDisableTiming), "cudaEventCreate");
@@ -148,14 +162,14 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_sum(double* data, size_t n) override {
     if (!on_device(data)) return host_.all_reduce_sum(data, n);
     follow_backend();
-    check(api_.ncclAllReduce(data, data, n, ncclDouble, ncclSum, comm_, stream_), "ncclAllReduce");
+    issue(api_.ncclAllReduce(data, data, n, ncclDouble, ncclSum, comm_, stream_), "ncclAllReduce");
     finish("an all-reduce of " + std::to_string(n) + " doubles");
   }
   int all_reduce_sum_start(float* data, size_t n) override {
     Pending p;
     if (on_device(data)) {
       follow_backend();
-      check(api_.ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
+      issue(api_.ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
       check_cuda(cudaEventCreateWithFlags(&p.event, cudaEventDisableTiming), "cudaEventCreate");
       check_cuda(cudaEventRecord(p.event, stream_), "cudaEventRecord");
       p.floats = n;
@@ -187,7 +201,7 @@ class NcclCommunicator final : public Communicator {
   void broadcast(void* data, size_t bytes, int root) override {
     if (!on_device(data)) return host_.broadcast(data, bytes, root);
     follow_backend();
-    check(api_.ncclBroadcast(data, data, bytes, ncclChar, root, comm_, stream_), "ncclBroadcast");
+    issue(api_.ncclBroadcast(data, data, bytes, ncclChar, root, comm_, stream_), "ncclBroadcast");
     finish("a broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root));
   }
   void barrier() override {
@@ -197,14 +211,14 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter_sum(const float* in, float* out, size_t count_per_rank) override {
     if (!on_device(in)) return host_.reduce_scatter_sum(in, out, count_per_rank);
     follow_backend();
-    check(api_.ncclReduceScatter(in, out, count_per_rank, ncclFloat, ncclSum, comm_, stream_), "ncclReduceScatter");
+    issue(api_.ncclReduceScatter(in, out, count_per_rank, ncclFloat, ncclSum, comm_, stream_), "ncclReduceScatter");
     finish("a reduce-scatter of " + std::to_string(count_per_rank) + " floats per rank");
   }
   void all_gather(const float* in, float* out, size_t count_per_rank) override {
     if (!on_device(in)) return host_.all_gather(in, out, count_per_rank);
     follow_backend();
     // NCCL's in-place form is exactly communicator.h's: in == out + rank * count.
-    check(api_.ncclAllGather(in, out, count_per_rank, ncclFloat, comm_, stream_), "ncclAllGather");
+    issue(api_.ncclAllGather(in, out, count_per_rank, ncclFloat, comm_, stream_), "ncclAllGather");
     finish("an all-gather of " + std::to_string(count_per_rank) + " floats per rank");
   }
   void check_identical(const std::string& what, const std::string& value) override {
@@ -243,7 +257,8 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaEventRecord(collective_done_, stream_), "cudaEventRecord");
     watch(collective_done_, what);
   }
-  // The watchdog (top of the file): returns when `event` has completed.
+  // The watchdog (top of the file): returns when `event` has completed, or,
+  // with no event, when NCCL has finished the non-blocking call before it.
   void watch(cudaEvent_t event, const std::string& what) {
     std::string why;
     switch (poll(event, &why)) {
@@ -252,18 +267,23 @@ class NcclCommunicator final : public Communicator {
       case Poll::kHung: end_job(what + why);
     }
   }
-  // Polls `event` until it completes, CUDA reports an error, or NCCL reports
-  // an error or the timeout passes (kHung); `why` says which. Never throws.
+  // Polls `event` (null: NCCL's own state, which is ncclInProgress while a
+  // non-blocking call is under way) until it completes, CUDA reports an error,
+  // or NCCL reports an error or the timeout passes (kHung); `why` says which.
+  // Never throws.
   enum class Poll { kDone, kCudaError, kHung };
   Poll poll(cudaEvent_t event, std::string* why) const {
     const auto start = std::chrono::steady_clock::now();
     const double timeout = timeout_seconds();
     for (int polls = 0;; ++polls) {
-      const cudaError_t e = cudaEventQuery(event);
-      if (e == cudaSuccess) return Poll::kDone;
-      if (e != cudaErrorNotReady) return *why = cudaGetErrorString(e), Poll::kCudaError;
       ncclResult_t async = ncclSuccess;
       api_.ncclCommGetAsyncError(comm_, &async);
+      if (!event && async == ncclSuccess) return Poll::kDone;
+      if (event) {
+        const cudaError_t e = cudaEventQuery(event);
+        if (e == cudaSuccess) return Poll::kDone;
+        if (e != cudaErrorNotReady) return *why = cudaGetErrorString(e), Poll::kCudaError;
+      }
       if (async != ncclSuccess && async != ncclInProgress)
         return *why = std::string(" failed in NCCL: ") + api_.ncclGetErrorString(async), Poll::kHung;
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout)
@@ -283,6 +303,12 @@ class NcclCommunicator final : public Communicator {
     host_.abort("ctrl: rank " + std::to_string(host_.rank()) + " of " + std::to_string(host_.size()) + " (GPU " +
                 std::to_string(device_) + "): " + why + "; ending all ranks");
     std::abort();  // not reached
+  }
+  // A call on the non-blocking communicator may return ncclInProgress: it is
+  // then waited for under the watchdog before anything else is issued.
+  void issue(ncclResult_t r, const char* what) {
+    if (r == ncclInProgress) return watch(nullptr, what);
+    check(r, what);
   }
   void check(ncclResult_t r, const char* what) {
     if (r != ncclSuccess)

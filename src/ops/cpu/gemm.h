@@ -44,8 +44,9 @@ void gemm_bf16_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 bool cpu_has_native_bf16();
 
 // Measured GEMM peak of this machine for the dtype with the current OpenMP
-// thread count: runs a large square GEMM repeatedly for about `seconds` and
-// returns GFLOP/s (used by `ctrl bench`).
+// thread count: runs a large square GEMM repeatedly for about `seconds` (at
+// least twice) and returns the fastest repetition's GFLOP/s, so that a
+// moment of load from other processes does not lower it (used by `ctrl bench`).
 double measure_gemm_peak_gflops(bool bf16, double seconds = 1.0);
 
 }  // namespace ctrl::cpu
