@@ -42,7 +42,7 @@ struct HeadCase {
   }
   // Runs the op; returns {Σ ce, Σ kl}. dh, dw, db may be null (loss only).
   std::pair<double, double> run(Ops& ops, float* dh, float* dw, float* db) {
-    std::vector<float> scratch(size_t(chunk * V)), tscratch(size_t(chunk * V));
+    std::vector<float> scratch(size_t(chunk * head_row_stride(V))), tscratch(scratch.size());
     TeacherHead t{th.data(), tw.data(), tb.data(), Dt, tscratch.data()};
     double ce = 0, kl = 0;
     ops.lm_head_distill(h.data(), w.data(), b.data(), targets.data(), t, N, D, V, alpha, tau, grad_scale, dh, dw, db,
@@ -148,7 +148,7 @@ TEST(DistillLoss, AlphaZeroIsLmHeadLossBitForBitAndATeacherEqualToTheStudentHasZ
   HeadCase k(9, 8, 8, 2085, 4, 0.0f, 2.0f);
   std::vector<float> dh(size_t(k.N * k.D)), dw(size_t(k.V * k.D), 0.0f), db(size_t(k.V), 0.0f);
   const auto [ce, kl] = k.run(*ops, dh.data(), dw.data(), db.data());
-  std::vector<float> dh2(dh.size()), dw2(dw.size(), 0.0f), db2(db.size(), 0.0f), scratch(size_t(k.chunk * k.V));
+  std::vector<float> dh2(dh.size()), dw2(dw.size(), 0.0f), db2(db.size(), 0.0f), scratch(size_t(k.chunk * head_row_stride(k.V)));
   double ce2 = 0;
   ops->lm_head_loss(k.h.data(), k.w.data(), k.b.data(), k.targets.data(), k.N, k.D, k.V, k.grad_scale, dh2.data(),
                     dw2.data(), db2.data(), &ce2, nullptr, scratch.data(), k.chunk);

@@ -345,7 +345,7 @@ TEST(GradCheck, LmHeadLossWithIgnoredTargetsAndGradScale) {
   const float grad_scale = 0.37f;
   const std::vector<int32_t> targets = {4, -1, 0, 8, 4, -1, 2};
   auto h = randn(N * D, 1), w = randn(V * D, 2, 0.7), b = randn(V, 3, 0.5);
-  std::vector<float> scratch(chunk * V);
+  std::vector<float> scratch(size_t(chunk * head_row_stride(V)));
   auto f = [&] {
     return double(grad_scale) * head_loss(*ops, h.data(), w.data(), b.data(), targets.data(), N, D, V, 0.0f, nullptr,
                                                   nullptr, nullptr, nullptr, scratch.data(), chunk);
@@ -388,7 +388,7 @@ TEST(GradCheck, LmHeadLossWithIgnoredTargetsAndGradScale) {
   }
   EXPECT_NEAR(total, expected, 1e-4);
   // The chunk size changes nothing but the memory used.
-  std::vector<float> scratch_all(N * V), dh_all(N * D), dw_all(V * D, 0.0f), db_all(V, 0.0f);
+  std::vector<float> scratch_all(size_t(N * head_row_stride(V))), dh_all(N * D), dw_all(V * D, 0.0f), db_all(V, 0.0f);
   const double total_all =
       head_loss(*ops, h.data(), w.data(), b.data(), targets.data(), N, D, V, grad_scale, dh_all.data(), dw_all.data(),
                         db_all.data(), nullptr, scratch_all.data(), N);
@@ -437,7 +437,7 @@ TEST(GradCheck, LmHeadAcrossVocabularyBlocksMatchesDoubleReference) {
         }
       }
     }
-    std::vector<float> scratch(chunk * V), dh(N * D), dw(V * D, 0.0f), db(V, 0.0f);
+    std::vector<float> scratch(size_t(chunk * head_row_stride(V))), dh(N * D), dw(V * D, 0.0f), db(V, 0.0f);
     const TensorRef h_ref = bf16 ? TensorRef(h16.data(), DType::BF16) : TensorRef(h.data());
     const TensorRef w_ref = bf16 ? TensorRef(w16.data(), DType::BF16) : TensorRef(w.data());
     const double loss = head_loss(*ops, h_ref, w_ref, b.data(), targets.data(), N, D, V, grad_scale, dh.data(),

@@ -288,7 +288,7 @@ std::vector<Case> all_cases() {
              t == F32 ? 1e-5 : 2e-2,
              {in(t, size_t(N * D)), in(t, size_t(V * D)), in(F32, size_t(V)), ids(size_t(N), V, true),
               out(F32, size_t(N * D)), out(F32, size_t(V * D)), out(F32, size_t(V)), out(F32, size_t(N)),
-              in(F32, size_t(chunk * V), Init::Zero), out(DType::F64, 1)},
+              in(F32, size_t(chunk * head_row_stride(V)), Init::Zero), out(DType::F64, 1)},
              [=](Ops& ops, const std::vector<void*>& p) {
                ops.lm_head_loss({p[0], t}, {p[1], t}, F(p[2]), I(p[3]), N, D, V, 0.25f, training ? F(p[4]) : nullptr,
                                 training ? F(p[5]) : nullptr, training ? F(p[6]) : nullptr,
@@ -307,9 +307,9 @@ std::vector<Case> all_cases() {
                  std::to_string(Dt) + " V" + std::to_string(V) + (training ? " train" : " eval"),
              t == F32 ? 1e-5 : 2e-2,
              {in(t, size_t(N * D)), in(t, size_t(V * D)), in(F32, size_t(V)), ids(size_t(N), V, true),
-              in(t, size_t(N * Dt)), in(t, size_t(V * Dt)), in(F32, size_t(V)), in(F32, size_t(chunk * V), Init::Zero),
+              in(t, size_t(N * Dt)), in(t, size_t(V * Dt)), in(F32, size_t(V)), in(F32, size_t(chunk * head_row_stride(V)), Init::Zero),
               out(F32, size_t(N * D)), out(F32, size_t(V * D)), out(F32, size_t(V)),
-              in(F32, size_t(chunk * V), Init::Zero), out(DType::F64, 1), out(DType::F64, 1)},
+              in(F32, size_t(chunk * head_row_stride(V)), Init::Zero), out(DType::F64, 1), out(DType::F64, 1)},
              [=](Ops& ops, const std::vector<void*>& p) {
                const TeacherHead teacher{{p[4], t}, {p[5], t}, F(p[6]), Dt, F(p[7])};
                ops.lm_head_distill({p[0], t}, {p[1], t}, F(p[2]), I(p[3]), teacher, N, D, V, 0.4f, 2.0f, 0.25f,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "ops/ops.h"
 
 namespace ctrl {
 
@@ -190,7 +191,7 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
   }
   // The fused head works on row chunks so the [N, V] logits never exist whole.
   a.logits_rows = std::min<int64_t>(int64_t(N), 256);
-  a.logits = take(size_t(a.logits_rows) * size_t(c.vocab_size));
+  a.logits = take(size_t(a.logits_rows) * size_t(head_row_stride(c.vocab_size)));
   a.total = at;
   a.scratch = a.total - a.saved;
   return a;

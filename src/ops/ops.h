@@ -74,8 +74,15 @@ struct TeacherHead {
   TensorRef w;               // [V, Dt], the same element type as h
   const float* b = nullptr;  // [V]
   int64_t D = 0;             // Dt
-  float* scratch = nullptr;  // chunk_rows × V floats
+  float* scratch = nullptr;  // chunk_rows × head_row_stride(V) floats
 };
+
+// The row stride a backend may give the head's logits in its scratch: V
+// rounded up to 16 elements, so that rows of fp32 logits and of their 16-bit
+// copies start 64- and 32-byte aligned and GPU products get aligned leading
+// dimensions whatever V is (the `ctrl` preset's V = 246,534 is not a multiple
+// of 8). The CPU backend keeps the rows V apart.
+inline int64_t head_row_stride(int64_t V) { return (V + 15) / 16 * 16; }
 
 class Ops {
  public:
@@ -195,7 +202,7 @@ class Ops {
   // micro-batches accumulate there, and the host reads it once per step) and
   // each row's loss to row_loss if not null.
   // If dh is not null (training), also: dh = ∂(grad_scale·Σloss)/∂h
-  // (overwritten), dw += , db += . `scratch` holds chunk_rows×V floats.
+  // (overwritten), dw += , db += . `scratch` holds chunk_rows × head_row_stride(V) floats.
   virtual void lm_head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D,
                             int64_t V, float grad_scale, float* dh, float* dw, float* db, double* loss_sum,
                             float* row_loss, float* scratch, int64_t chunk_rows) = 0;
@@ -212,7 +219,7 @@ class Ops {
   // Adds Σ ce_r to *loss_sum and Σ kl_r (unweighted) to *kl_sum (backend doubles).
   // If dh is not null: with dz = grad_scale·((1 − α)(softmax(z) − onehot(t)) + α·τ·(q − p)),
   // dh = dz·w (overwritten), dw += dzᵀ·h, db += Σ_rows dz. Nothing flows to the teacher.
-  // `scratch` holds chunk_rows×V floats for the student's logits. With α = 0 the
+  // `scratch` holds chunk_rows × head_row_stride(V) floats for the student's logits. With α = 0 the
   // gradients and *loss_sum equal lm_head_loss's (the CPU backends: bit for bit).
   // Backends without it throw ctrl::Error (this default).
   virtual void lm_head_distill(TensorRef h, TensorRef w, const float* b, const int32_t* targets,

@@ -179,12 +179,12 @@ __global__ void convert_kernel(void* dst, int kd, const void* src, int ks, size_
 // columns [x·32, +32) into partial[y][col] (rows in order, one thread per
 // column), then one thread per column adds the partials in order.
 constexpr int64_t kSumRows = 64;
-__global__ void column_partials(float* partial, const void* x, int kx, int64_t rows, int64_t cols) {
+__global__ void column_partials(float* partial, const void* x, int kx, int64_t rows, int64_t cols, int64_t ld) {
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, y = blockIdx.y;
   if (c >= cols) return;
   const int64_t r1 = min(rows, (y + 1) * kSumRows);
   float acc = 0;
-  for (int64_t r = y * kSumRows; r < r1; ++r) acc += load(x, kx, size_t(r * cols + c));
+  for (int64_t r = y * kSumRows; r < r1; ++r) acc += load(x, kx, size_t(r * ld + c));
   partial[y * cols + c] = acc;
 }
 __global__ void add_partials(float* out, const float* partial, int64_t chunks, int64_t cols) {
@@ -304,12 +304,12 @@ void CudaOps::convert(TensorRef dst, TensorRef src, size_t n) {
   CTRL_CUDA_LAUNCHED("convert");
 }
 
-void CudaOps::add_column_sums(float* out, TensorRef x, int64_t rows, int64_t cols) {
+void CudaOps::add_column_sums(float* out, TensorRef x, int64_t rows, int64_t cols, int64_t ld) {
   if (rows == 0 || cols == 0) return;
   const int64_t chunks = (rows + kSumRows - 1) / kSumRows;
   float* partial = static_cast<float*>(scratch(kPartials, size_t(chunks * cols) * sizeof(float)));
   const dim3 grid(unsigned((cols + 127) / 128), unsigned(chunks));
-  column_partials<<<grid, 128, 0, stream_>>>(partial, x.data, kind_of(x.dtype), rows, cols);
+  column_partials<<<grid, 128, 0, stream_>>>(partial, x.data, kind_of(x.dtype), rows, cols, ld > 0 ? ld : cols);
   CTRL_CUDA_LAUNCHED("column_partials");
   add_partials<<<unsigned((cols + 127) / 128), 128, 0, stream_>>>(out, partial, chunks, cols);
   CTRL_CUDA_LAUNCHED("add_partials");

@@ -1,5 +1,7 @@
 // The output head fused with softmax cross-entropy, on row chunks so the
 // [N, V] logits never exist whole (the caller's scratch holds one chunk).
+// Rows of the logits (and of their bf16 copy and the teacher's logits) lie
+// head_row_stride(V) apart, so the products' leading dimensions stay aligned.
 // Per chunk: one product for the logits (bias in its epilogue), with a
 // teacher (distillation) a second for its logits, one row kernel for the
 // softmax statistics, the loss, the KL and the logit gradients, then
@@ -31,11 +33,11 @@ struct RowTeacher {
 // plus grad_scale·α·τ·(q − p) when α > 0, and `low` (if not null) its bf16 copy.
 // α = 0 with a teacher computes exactly what no teacher does, plus the KL.
 __global__ void head_rows(float* logits, uint16_t* low, const int32_t* targets, double* losses, int64_t V,
-                          float grad_scale, bool training, RowTeacher t) {
+                          int64_t ld, float grad_scale, bool training, RowTeacher t) {
   __shared__ float red_f[32];
   __shared__ double red_d[32];
   const int64_t r = blockIdx.x;
-  float* row = logits + r * V;
+  float* row = logits + r * ld;
   const int32_t target = targets[r];
   float mx = -INFINITY;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, row[v]);
@@ -45,7 +47,7 @@ __global__ void head_rows(float* logits, uint16_t* low, const int32_t* targets, 
   sum = block_sum(sum, red_d);
   // The teacher: with zq = (z − max z)/τ and zp = (u − max u)/τ,
   // KL = Σ e^zp (zp − zq) / Σ e^zp − log Σ e^zp + log Σ e^zq.
-  const float* u = t.u ? t.u + r * V : nullptr;
+  const float* u = t.u ? t.u + r * ld : nullptr;
   float tmx = 0;
   double sum_q = 1, sum_p = 1;
   if (u && target >= 0) {  // uniform across the block: one row
@@ -77,7 +79,7 @@ __global__ void head_rows(float* logits, uint16_t* low, const int32_t* targets, 
     if (v == target) g -= target_grad;
     if (kl_gradient) g += kq * expf((row[v] - mx) * t.inv_t) - kp * expf((u[v] - tmx) * t.inv_t);
     row[v] = g;
-    if (low) low[r * V + v] = float_to_bf16_bits(g);
+    if (low) low[r * ld + v] = float_to_bf16_bits(g);
   }
 }
 
@@ -135,7 +137,8 @@ void CudaOps::head(TensorRef h, TensorRef w, const float* b, const int32_t* targ
   }
   const size_t elem = dtype_size(h.dtype);
   double* losses = static_cast<double*>(scratch(kHeadLoss, size_t(N) * sizeof(double)));
-  uint16_t* low = bf16 && training ? static_cast<uint16_t*>(scratch(kHeadLow, size_t(chunk_rows * V) * 2)) : nullptr;
+  const int64_t ld = head_row_stride(V);
+  uint16_t* low = bf16 && training ? static_cast<uint16_t*>(scratch(kHeadLow, size_t(chunk_rows * ld) * 2)) : nullptr;
   RowTeacher rt;
   if (teacher) {
     rt.u = teacher->scratch;
@@ -145,21 +148,21 @@ void CudaOps::head(TensorRef h, TensorRef w, const float* b, const int32_t* targ
   for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
     const int64_t R = std::min(chunk_rows, N - r0);
     const TensorRef hc(static_cast<char*>(h.data) + size_t(r0 * D) * elem, h.dtype);
-    gemm(false, true, R, V, D, 1.0f, hc, D, w, D, 0.0f, logits, V, b);
+    gemm(false, true, R, V, D, 1.0f, hc, D, w, D, 0.0f, logits, ld, b);
     if (teacher) {  // the teacher's logits of the same rows; nothing flows back to it
       const TensorRef thc(static_cast<char*>(th.data) + size_t(r0 * Dt) * elem, th.dtype);
-      gemm(false, true, R, V, Dt, 1.0f, thc, Dt, tw, Dt, 0.0f, teacher->scratch, V, teacher->b);
+      gemm(false, true, R, V, Dt, 1.0f, thc, Dt, tw, Dt, 0.0f, teacher->scratch, ld, teacher->b);
     }
     RowTeacher chunk = rt;
     if (teacher) chunk.kls = rt.kls + r0;
-    head_rows<<<unsigned(R), kThreads, 0, stream_>>>(logits, low, targets + r0, losses + r0, V, grad_scale, training,
-                                                    chunk);
+    head_rows<<<unsigned(R), kThreads, 0, stream_>>>(logits, low, targets + r0, losses + r0, V, ld, grad_scale,
+                                                    training, chunk);
     CTRL_CUDA_LAUNCHED("head_rows");
     if (!training) continue;
-    add_column_sums(db, logits, R, V);
+    add_column_sums(db, logits, R, V, ld);
     const TensorRef dl = bf16 ? TensorRef(low, DType::BF16) : TensorRef(logits);
-    gemm(true, false, V, D, R, 1.0f, dl, V, hc, D, 1.0f, dw, D);
-    gemm(false, false, R, D, V, 1.0f, dl, V, w, D, 0.0f, dh + r0 * D, D);
+    gemm(true, false, V, D, R, 1.0f, dl, ld, hc, D, 1.0f, dw, D);
+    gemm(false, false, R, D, V, 1.0f, dl, ld, w, D, 0.0f, dh + r0 * D, D);
   }
   head_total<<<1, 1024, 0, stream_>>>(loss_sum, row_loss, losses, N);
   CTRL_CUDA_LAUNCHED("head_total");
