@@ -51,7 +51,8 @@ struct NcclApi {
   CTRL_NCCL_FN(ncclGetVersion)
   CTRL_NCCL_FN(ncclGetUniqueId)
   CTRL_NCCL_FN(ncclCommInitRank)
-  CTRL_NCCL_FN(ncclCommInitRankConfig)  // optional (NCCL >= 2.14): null when absent
+  CTRL_NCCL_FN(ncclCommInitRankConfig)  // optional (NCCL >= 2.14), as is ncclCommFinalize: null when absent
+  CTRL_NCCL_FN(ncclCommFinalize)
   CTRL_NCCL_FN(ncclCommDestroy)
   CTRL_NCCL_FN(ncclCommAbort)
   CTRL_NCCL_FN(ncclCommGetAsyncError)
@@ -94,6 +95,7 @@ const NcclApi& nccl_api() {
 #undef CTRL_NCCL_LOAD
     api.ncclCommInitRankConfig =
         reinterpret_cast<decltype(api.ncclCommInitRankConfig)>(dlsym(lib, "ncclCommInitRankConfig"));
+    api.ncclCommFinalize = reinterpret_cast<decltype(api.ncclCommFinalize)>(dlsym(lib, "ncclCommFinalize"));
     if (!ok) api.from += " lacks an NCCL function";
     api.loaded = ok;
   });
@@ -115,7 +117,8 @@ class NcclCommunicator final : public Communicator {
     ncclUniqueId id{};
     if (host_.rank() == 0) check(api_.ncclGetUniqueId(&id), "ncclGetUniqueId");
     host_.broadcast(&id, sizeof id, 0);
-    if (api_.ncclCommInitRankConfig) {
+    if (api_.ncclCommInitRankConfig && api_.ncclCommFinalize) {
+      nonblocking_ = true;
       ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
       config.blocking = 0;
       issue(api_.ncclCommInitRankConfig(&comm_, host_.size(), id, host_.rank(), &config), "NCCL's initialisation");
@@ -134,10 +137,15 @@ class NcclCommunicator final : public Communicator {
     // No throwing here. Pending collectives are finished so that no buffer is
     // left in flight, within the timeout: a rank unwinding from an error may
     // have a collective that waits for peers that will never join, and then
-    // the communicator is aborted instead.
+    // the communicator is aborted instead. A non-blocking communicator is
+    // finalized first, also under the timeout (finalizing waits for the peers).
     std::string why;
+    const auto finalize = [&] {
+      const ncclResult_t r = api_.ncclCommFinalize(comm_);
+      return r == ncclSuccess || (r == ncclInProgress && poll(nullptr, &why) == Poll::kDone);
+    };
     if (comm_ && (cudaEventRecord(collective_done_, stream_) != cudaSuccess ||
-                  poll(collective_done_, &why) != Poll::kDone)) {
+                  poll(collective_done_, &why) != Poll::kDone || (nonblocking_ && !finalize()))) {
       api_.ncclCommAbort(comm_);
       comm_ = nullptr;
     }
@@ -321,6 +329,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t backend_;  // the backend's stream (null: the caller fences)
   const NcclApi& api_;
   ncclComm_t comm_ = nullptr;
+  bool nonblocking_ = false;  // created by ncclCommInitRankConfig with blocking = 0
   cudaStream_t stream_ = nullptr;
   cudaEvent_t backend_done_ = nullptr, collective_done_ = nullptr;
   std::vector<Pending> pending_;  // handles first_, first_ + 1, ...; earlier ones are done

@@ -1,6 +1,6 @@
 // Vectorized row primitives for softmax-like ops: AVX-512 when the build
-// targets it, else AVX2 with FMA, else plain loops. The plain loops are the reference the
-// tests compare the vector paths with (tests/test_vec_math.cpp).
+// targets it, else AVX2 with FMA, else plain loops. The plain loops are the
+// reference the tests compare the vector paths with (tests/test_vec_math.cpp).
 #pragma once
 #include <cstdint>
 
