@@ -272,6 +272,18 @@ TEST(Plan, LowPrecisionHalvesActivationsAndAddsAWeightCopy) {
   EXPECT_EQ(a.optimizer, b.optimizer);
 }
 
+// The logits chunk is laid out with rows head_row_stride(V) apart, so that a
+// GPU head can keep its products' leading dimensions aligned whatever V is.
+TEST(Plan, TheHeadsLogitsChunkReservesPaddedRows) {
+  EXPECT_EQ(head_row_stride(32000), 32000);
+  EXPECT_EQ(head_row_stride(246534), 246544);
+  EXPECT_EQ(head_row_stride(11), 16);
+  const Config c = config_of("ctrl", {});
+  const ActivationLayout a = make_activation_layout(c.model, 1, DType::F32);
+  EXPECT_EQ(a.logits_rows, 256);
+  EXPECT_GE(a.total - a.logits, size_t(a.logits_rows * head_row_stride(c.model.vocab_size)));
+}
+
 TEST(Plan, ZeroOneDividesTheOptimizerStateOverRanks) {
   const Config c = config_of("ctrl", {"train.optimizer=adamw", "train.precision=bf16"});
   plan::Request r = gpu_request(c, "A100-40GB", 8);

@@ -86,7 +86,7 @@ struct ActivationLayout {
   size_t emb = 0, head_in = 0, d_emb = 0;
   // Backward scratch, reused across layers.
   size_t d_x = 0, d_x2 = 0, d_ln = 0, d_qkv = 0, d_att = 0, d_ffn = 0;
-  size_t logits = 0;  // one chunk of rows x V for the fused head and loss
+  size_t logits = 0;  // one chunk of rows x head_row_stride(V) for the fused head and loss
   int64_t logits_rows = 0;
   size_t saved = 0;    // elements kept from forward to backward
   size_t scratch = 0;  // elements of backward scratch and the logits chunk
