@@ -148,7 +148,8 @@ TEST(DistillLoss, AlphaZeroIsLmHeadLossBitForBitAndATeacherEqualToTheStudentHasZ
   HeadCase k(9, 8, 8, 2085, 4, 0.0f, 2.0f);
   std::vector<float> dh(size_t(k.N * k.D)), dw(size_t(k.V * k.D), 0.0f), db(size_t(k.V), 0.0f);
   const auto [ce, kl] = k.run(*ops, dh.data(), dw.data(), db.data());
-  std::vector<float> dh2(dh.size()), dw2(dw.size(), 0.0f), db2(db.size(), 0.0f), scratch(size_t(k.chunk * head_row_stride(k.V)));
+  std::vector<float> dh2(dh.size()), dw2(dw.size(), 0.0f), db2(db.size(), 0.0f);
+  std::vector<float> scratch(size_t(k.chunk * head_row_stride(k.V)));
   double ce2 = 0;
   ops->lm_head_loss(k.h.data(), k.w.data(), k.b.data(), k.targets.data(), k.N, k.D, k.V, k.grad_scale, dh2.data(),
                     dw2.data(), db2.data(), &ce2, nullptr, scratch.data(), k.chunk);

@@ -307,7 +307,8 @@ std::vector<Case> all_cases() {
                  std::to_string(Dt) + " V" + std::to_string(V) + (training ? " train" : " eval"),
              t == F32 ? 1e-5 : 2e-2,
              {in(t, size_t(N * D)), in(t, size_t(V * D)), in(F32, size_t(V)), ids(size_t(N), V, true),
-              in(t, size_t(N * Dt)), in(t, size_t(V * Dt)), in(F32, size_t(V)), in(F32, size_t(chunk * head_row_stride(V)), Init::Zero),
+              in(t, size_t(N * Dt)), in(t, size_t(V * Dt)), in(F32, size_t(V)),
+              in(F32, size_t(chunk * head_row_stride(V)), Init::Zero),
               out(F32, size_t(N * D)), out(F32, size_t(V * D)), out(F32, size_t(V)),
               in(F32, size_t(chunk * head_row_stride(V)), Init::Zero), out(DType::F64, 1), out(DType::F64, 1)},
              [=](Ops& ops, const std::vector<void*>& p) {

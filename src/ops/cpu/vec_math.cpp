@@ -203,7 +203,8 @@ double exp_shift_sum(float* x, int64_t n, float shift) {
   }
   if (i < n) {
     const __m256i mask = tail_mask(n - i);
-    const __m256 e = _mm256_and_ps(exp_ps(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), s)), _mm256_castsi256_ps(mask));
+    const __m256 e =
+        _mm256_and_ps(exp_ps(_mm256_sub_ps(_mm256_maskload_ps(x + i, mask), s)), _mm256_castsi256_ps(mask));
     _mm256_maskstore_ps(x + i, mask, e);
     acc[1] = _mm256_add_ps(acc[1], e);
   }
