@@ -70,25 +70,27 @@ void to_bf16(const float* in, uint16_t* out, int64_t n) {
 void to_bf16(const float* in, uint16_t* out, int64_t n) { to_bf16_reference(in, out, n); }
 #endif
 
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+// The vector exps: exp(x) = 2^k · exp(r), k = round(x · log2 e), r = x − k·ln 2
+// (ln 2 in two parts), exp(r) by its degree-6 Taylor polynomial on
+// |r| <= ln2/2, highest coefficient first (Horner).
+constexpr float kLog2e = 1.44269504088896341f, kLn2High = 0.693359375f, kLn2Low = -2.12194440e-4f;
+constexpr float kExpTaylor[7] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
+#endif
+
 #ifdef __AVX512F__
 
 bool have_avx512() { return true; }
 
-// exp(x) = 2^k · exp(r), k = round(x / ln 2), r = x − k·ln 2 (two-part ln 2),
-// exp(r) by its degree-6 Taylor polynomial on |r| <= ln2/2, scaled by vscalef.
+// 2^k is applied by vscalef.
 static inline __m512 exp_ps(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.8f));
-  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2High), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Low), r);
+  __m512 p = _mm512_set1_ps(kExpTaylor[0]);
+  for (int i = 1; i < 7; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpTaylor[i]));
   return _mm512_scalef_ps(p, k);
 }
 
@@ -134,8 +136,7 @@ void row_scale(float* x, int64_t n, float factor) {
 
 #elif defined(__AVX2__) && defined(__FMA__)
 
-// AVX2 (Zen 2/3, most laptops): the same reduction and polynomial as the
-// AVX-512 exp, 8 lanes at a time. Without vscalef, 2^k is built in the
+// AVX2 (Zen 2/3, most laptops), 8 lanes at a time. Without vscalef, 2^k is built in the
 // exponent bits as 2^(k−1) (k ≤ 128 stays finite) times 2p; inputs below
 // −86.6, where 2^(k−1) would leave the normal range, give 0, and inputs
 // above log(FLT_MAX) give inf.
@@ -143,17 +144,12 @@ static inline __m256 exp_ps(__m256 x) {
   const __m256 lo = _mm256_set1_ps(-86.6f), hi = _mm256_set1_ps(88.7228f);
   const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), overflow = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
   x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 720);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256 k =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(kLn2High), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(kLn2Low), r);
+  __m256 p = _mm256_set1_ps(kExpTaylor[0]);
+  for (int i = 1; i < 7; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpTaylor[i]));
   const __m256i half_scale = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(126)), 23);
   const __m256 y = _mm256_mul_ps(_mm256_add_ps(p, p), _mm256_castsi256_ps(half_scale));
   return _mm256_andnot_ps(underflow, _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), overflow));
@@ -215,10 +211,6 @@ double exp_shift_sum(float* x, int64_t n, float shift) {
   return sum;
 }
 
-void row_scale(float* x, int64_t n, float factor) {
-  for (int64_t i = 0; i < n; ++i) x[i] *= factor;
-}
-
 #else
 
 bool have_avx512() { return false; }
@@ -227,10 +219,14 @@ void exp16(const float* in, float* out) {
 }
 float row_max(const float* x, int64_t n) { return row_max_reference(x, n); }
 double exp_shift_sum(float* x, int64_t n, float shift) { return exp_shift_sum_reference(x, n, shift); }
+
+#endif
+
+#ifndef __AVX512F__
+// AVX2 and plain builds: the compiler vectorizes this loop by itself.
 void row_scale(float* x, int64_t n, float factor) {
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
-
 #endif
 
 }  // namespace ctrl::cpu
