@@ -117,8 +117,7 @@ class NcclCommunicator final : public Communicator {
     ncclUniqueId id{};
     if (host_.rank() == 0) check(api_.ncclGetUniqueId(&id), "ncclGetUniqueId");
     host_.broadcast(&id, sizeof id, 0);
-    if (api_.ncclCommInitRankConfig && api_.ncclCommFinalize) {
-      nonblocking_ = true;
+    if (nonblocking()) {
       ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
       config.blocking = 0;
       issue(api_.ncclCommInitRankConfig(&comm_, host_.size(), id, host_.rank(), &config), "NCCL's initialisation");
@@ -145,7 +144,7 @@ class NcclCommunicator final : public Communicator {
       return r == ncclSuccess || (r == ncclInProgress && poll(nullptr, &why) == Poll::kDone);
     };
     if (comm_ && (cudaEventRecord(collective_done_, stream_) != cudaSuccess ||
-                  poll(collective_done_, &why) != Poll::kDone || (nonblocking_ && !finalize()))) {
+                  poll(collective_done_, &why) != Poll::kDone || (nonblocking() && !finalize()))) {
       api_.ncclCommAbort(comm_);
       comm_ = nullptr;
     }
@@ -312,6 +311,8 @@ class NcclCommunicator final : public Communicator {
                 std::to_string(device_) + "): " + why + "; ending all ranks");
     std::abort();  // not reached
   }
+  // Whether the communicator is (to be) created non-blocking: when libnccl has the calls for it.
+  bool nonblocking() const { return api_.ncclCommInitRankConfig && api_.ncclCommFinalize; }
   // A call on the non-blocking communicator may return ncclInProgress: it is
   // then waited for under the watchdog before anything else is issued.
   void issue(ncclResult_t r, const char* what) {
@@ -329,7 +330,6 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t backend_;  // the backend's stream (null: the caller fences)
   const NcclApi& api_;
   ncclComm_t comm_ = nullptr;
-  bool nonblocking_ = false;  // created by ncclCommInitRankConfig with blocking = 0
   cudaStream_t stream_ = nullptr;
   cudaEvent_t backend_done_ = nullptr, collective_done_ = nullptr;
   std::vector<Pending> pending_;  // handles first_, first_ + 1, ...; earlier ones are done
