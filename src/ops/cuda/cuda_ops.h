@@ -116,8 +116,8 @@ class CudaOps final : public Ops {
             int64_t batch = 1, int64_t stride_a = 0, int64_t stride_b = 0, int64_t stride_c = 0);
   // dst[i] = src[i] converted (round to nearest even into 16-bit types).
   void convert(TensorRef dst, TensorRef src, size_t n);
-  // out[c] += Σ_r x[r·ld + c] (x fp32 or 16-bit; ld 0: cols), rows summed in a fixed order.
-  void add_column_sums(float* out, TensorRef x, int64_t rows, int64_t cols, int64_t ld = 0);
+  // out[c] += Σ_r x[r·ld + c] (x fp32 or 16-bit), rows summed in a fixed order.
+  void add_column_sums(float* out, TensorRef x, int64_t rows, int64_t cols, int64_t ld);
   // Scratch device memory owned by the backend, one buffer per slot, grown on
   // demand (growth waits for the stream, so earlier users have finished).
   // A slot's contents are valid until the next call that uses the same slot.

@@ -309,7 +309,7 @@ void CudaOps::add_column_sums(float* out, TensorRef x, int64_t rows, int64_t col
   const int64_t chunks = (rows + kSumRows - 1) / kSumRows;
   float* partial = static_cast<float*>(scratch(kPartials, size_t(chunks * cols) * sizeof(float)));
   const dim3 grid(unsigned((cols + 127) / 128), unsigned(chunks));
-  column_partials<<<grid, 128, 0, stream_>>>(partial, x.data, kind_of(x.dtype), rows, cols, ld > 0 ? ld : cols);
+  column_partials<<<grid, 128, 0, stream_>>>(partial, x.data, kind_of(x.dtype), rows, cols, ld);
   CTRL_CUDA_LAUNCHED("column_partials");
   add_partials<<<unsigned((cols + 127) / 128), 128, 0, stream_>>>(out, partial, chunks, cols);
   CTRL_CUDA_LAUNCHED("add_partials");

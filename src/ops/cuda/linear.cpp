@@ -24,7 +24,7 @@ void CudaOps::linear_backward(TensorRef din, float* dw, float* db, TensorRef dou
     g = TensorRef(scratch(kRound, size_t(N * Dout) * 2), in.dtype);
     convert(g, dout, size_t(N * Dout));
   }
-  if (db) add_column_sums(db, dout, N, Dout);  // from dout as given (fp32, or bf16 when it came so)
+  if (db) add_column_sums(db, dout, N, Dout, Dout);  // from dout as given (fp32, or bf16 when it came so)
   if (din.data) {
     if (din.dtype != DType::F32) CTRL_ASSERT(!accumulate_din);
     gemm(false, false, N, Din, Dout, 1.0f, g, Dout, w, Din, beta, din, Din);
