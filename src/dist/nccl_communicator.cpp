@@ -283,14 +283,14 @@ class NcclCommunicator final : public Communicator {
     const auto start = std::chrono::steady_clock::now();
     const double timeout = timeout_seconds();
     for (int polls = 0;; ++polls) {
-      ncclResult_t async = ncclSuccess;
-      api_.ncclCommGetAsyncError(comm_, &async);
-      if (!event && async == ncclSuccess) return Poll::kDone;
       if (event) {
         const cudaError_t e = cudaEventQuery(event);
         if (e == cudaSuccess) return Poll::kDone;
         if (e != cudaErrorNotReady) return *why = cudaGetErrorString(e), Poll::kCudaError;
       }
+      ncclResult_t async = ncclSuccess;
+      api_.ncclCommGetAsyncError(comm_, &async);
+      if (!event && async == ncclSuccess) return Poll::kDone;
       if (async != ncclSuccess && async != ncclInProgress)
         return *why = std::string(" failed in NCCL: ") + api_.ncclGetErrorString(async), Poll::kHung;
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout)
