@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,44 +24,102 @@ struct KeepThreads {
 
 }  // namespace
 
-TEST(ThreadAdapter, TriesAllOneFewerAndHalf) {
-  EXPECT_EQ(ThreadAdapter(8, 0, 1.25, [](int) { return 1.0; }).candidates(), (std::vector<int>{8, 7, 4}));
-  EXPECT_EQ(ThreadAdapter(2, 0, 1.25, [](int) { return 1.0; }).candidates(), (std::vector<int>{2, 1}));
-  EXPECT_EQ(ThreadAdapter(1, 0, 1.25, [](int) { return 1.0; }).candidates(), (std::vector<int>{1}));
+TEST(ThreadAdapter, TokenCandidatesAreAllOneFewerAndHalf) {
+  EXPECT_EQ(ThreadAdapter(8).candidates(), (std::vector<int>{8, 7, 4}));
+  EXPECT_EQ(ThreadAdapter(2).candidates(), (std::vector<int>{2, 1}));
+  EXPECT_EQ(ThreadAdapter(1).candidates(), (std::vector<int>{1}));
 }
 
-// Burst times stand in for a machine whose second core another process takes, then frees.
-TEST(ThreadAdapter, MovesOnlyByTheMarginAndComesBack) {
+// N runnable threads sharing the CPUs equally each run cpus/N of the time.
+TEST(ThreadAdapter, CompetingThreadsFromTheShareOursRan) {
+  EXPECT_EQ(competing_threads(1.0, 2, 2), 0);
+  EXPECT_EQ(competing_threads(0.97, 2, 2), 0);   // wake-up latency on a quiet machine
+  EXPECT_EQ(competing_threads(2.0 / 3, 2, 2), 1);  // one busy process beside 2 threads
+  EXPECT_EQ(competing_threads(0.5, 3, 2), 1);
+  EXPECT_EQ(competing_threads(0.4, 4, 2), 1);
+  EXPECT_EQ(competing_threads(0.5, 4, 2), 0);    // our own 4 threads on 2 CPUs, nothing else
+  EXPECT_EQ(competing_threads(0.5, 8, 16), 24);
+  EXPECT_EQ(competing_threads(0.0, 2, 2), 0);    // no runnable time: no estimate
+}
+
+TEST(ThreadAdapter, ModelPicksTheCountForTheCompetitors) {
+  EXPECT_EQ(best_thread_count(2, 0), 2);
+  EXPECT_EQ(best_thread_count(16, 0), 16);
+  EXPECT_EQ(best_thread_count(1, 0), 1);
+  // 2 CPUs, one busy process: 2 threads wait for the one that shares a CPU
+  // (speed 1, as 1 thread); 4 threads get 4/5 of both CPUs at 0.8.
+  EXPECT_DOUBLE_EQ(predicted_speed(2, 2, 1), 1.0);
+  EXPECT_DOUBLE_EQ(predicted_speed(1, 2, 1), 1.0);
+  EXPECT_DOUBLE_EQ(predicted_speed(4, 2, 1), 0.8 * 4 * 2 / 5);
+  EXPECT_EQ(best_thread_count(2, 1), 4);
+  // Many CPUs: leaving the taken one alone beats time slicing.
+  EXPECT_EQ(best_thread_count(16, 1), 15);
+  EXPECT_EQ(best_thread_count(4, 1), 3);
+  EXPECT_EQ(best_thread_count(8, 4), 16);  // 0.8 · 16 · 8/20 = 5.1 against 4 alone
+  for (int cpus : {1, 2, 3, 8})
+    for (int others = 0; others <= 2 * cpus; ++others) {
+      const int best = best_thread_count(cpus, others);
+      EXPECT_GE(best, 1);
+      EXPECT_LE(best, 2 * cpus);
+    }
+}
+
+// Run-queue times stand in for a 2-CPU machine whose second core another
+// process takes, then frees: each call adds `ran` seconds on a CPU and `waited`.
+TEST(ThreadAdapter, MovesByTheCompetitorsAndComesBack) {
   KeepThreads keep;
-  std::map<int, double> seconds = {{2, 0.010}, {1, 0.018}};  // quiet: 2 threads nearly twice as fast
-  ThreadAdapter a(2, 0.0, 1.25, [&](int n) {
-    EXPECT_EQ(omp_get_max_threads(), n) << "the burst runs at the count it times";
-    return seconds.at(n);
+  RunQueueTimes total;
+  double ran = 1.0, waited = 0.01;  // quiet
+  ThreadAdapter a(2, 0.0, 1.1, [&] {
+    total.running += ran, total.waiting += waited;
+    return total;
   });
+  omp_set_num_threads(2);
   EXPECT_EQ(a.between_steps(), "");  // the first call starts the clock
   EXPECT_EQ(a.between_steps(), "");
   EXPECT_EQ(a.current(), 2);
   EXPECT_EQ(omp_get_max_threads(), 2);
-  seconds = {{2, 0.021}, {1, 0.018}};  // busy, but 1 thread is not 1.25x faster: stay
+  ran = 1.0, waited = 0.5;  // 2 threads, one busy process: ours run 2/3 of the time
+  const std::string note = a.between_steps();
+  EXPECT_NE(note.find("4 threads instead of 2: about 1 other thread competes for the 2 CPUs (ours ran 67%"),
+            std::string::npos)
+      << note;
+  EXPECT_EQ(omp_get_max_threads(), 4);
+  ran = 0.4, waited = 0.6;  // 4 threads beside it: still one competitor, stay
+  EXPECT_EQ(a.between_steps(), "");
+  EXPECT_EQ(a.current(), 4);
+  ran = 0.5, waited = 0.5;  // 4 threads alone on 2 CPUs: free again
+  EXPECT_NE(a.between_steps().find("2 threads instead of 4: the CPUs are free again"), std::string::npos);
+  EXPECT_EQ(omp_get_max_threads(), 2);
+  ran = 0.001, waited = 0.001;  // too little runnable time to decide
   EXPECT_EQ(a.between_steps(), "");
   EXPECT_EQ(a.current(), 2);
-  seconds = {{2, 0.040}, {1, 0.018}};  // a busy core stalls every barrier
-  const std::string note = a.between_steps();
-  EXPECT_NE(note.find("1 threads instead of 2"), std::string::npos) << note;
-  EXPECT_NE(note.find("another process"), std::string::npos) << note;
-  EXPECT_EQ(a.current(), 1);
-  EXPECT_EQ(omp_get_max_threads(), 1);
-  seconds = {{2, 0.010}, {1, 0.018}};  // free again
-  EXPECT_NE(a.between_steps().find("free again"), std::string::npos);
-  EXPECT_EQ(omp_get_max_threads(), 2);
 }
 
 TEST(ThreadAdapter, WaitsForTheInterval) {
   KeepThreads keep;
-  int bursts = 0;
-  ThreadAdapter a(2, 3600.0, 1.25, [&](int) { return ++bursts, 1.0; });
-  for (int i = 0; i < 5; ++i) a.between_steps();
-  EXPECT_EQ(bursts, 0);
+  int reads = 0;
+  ThreadAdapter a(2, 3600.0, 1.1, [&] { return ++reads, RunQueueTimes{double(reads), double(reads)}; });
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(a.between_steps(), "");
+  EXPECT_EQ(reads, 1);  // the first call's, which starts the clock
+  EXPECT_EQ(a.current(), 2);
+}
+
+// The kernel's accounting: a thread that spins for 0.3 s adds about that
+// much running time (and, on a loaded machine, waiting time).
+TEST(ThreadAdapter, ThreadTimesFollowTheCpuTimeSpent) {
+  ThreadTimes times;
+  if (!times.available()) GTEST_SKIP() << "no /proc/self/task/*/schedstat on this kernel";
+  const RunQueueTimes before = times.read();
+  const auto start = std::chrono::steady_clock::now();
+  volatile double sink = 0;
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 0.3) sink = sink + 1;
+  const RunQueueTimes after = times.read();
+  const double runnable = (after.running - before.running) + (after.waiting - before.waiting);
+  EXPECT_GE(runnable, 0.25);
+  EXPECT_LE(runnable, 0.35 + 0.1 * omp_get_max_threads());  // other threads of this test process may add a little
+  EXPECT_GE(after.running, before.running);
+  EXPECT_GE(after.waiting, before.waiting);
 }
 
 // Tokens are timed as they run: `machine` gives a token's seconds at the
@@ -76,7 +135,7 @@ std::vector<std::string> decode(ThreadAdapter& a, const std::map<int, double>& m
 
 TEST(ThreadAdapter, TokensMoveByTheirOwnTimesAndComeBack) {
   KeepThreads keep;
-  ThreadAdapter a(2, 0.5, 1.25, [](int) -> double { ADD_FAILURE() << "tokens are not timed by a burst"; return 1; });
+  ThreadAdapter a(2, 0.5);
   omp_set_num_threads(2);
   // Quiet, 2 threads a little faster: no move, and the count is back at 2 after each probe.
   EXPECT_TRUE(decode(a, {{2, 0.010}, {1, 0.012}}, 200).empty());
@@ -98,7 +157,7 @@ TEST(ThreadAdapter, TokensMoveByTheirOwnTimesAndComeBack) {
 
 TEST(ThreadAdapter, FirstTokenProbeComesAfterThreeTokensThenByDecodingTime) {
   KeepThreads keep;
-  ThreadAdapter a(2, 1.0, 1.25, [](int) { return 1.0; });
+  ThreadAdapter a(2, 1.0);
   omp_set_num_threads(2);
   std::vector<int> counts;  // the count each token runs at
   for (int i = 0; i < 40; ++i) {

@@ -1,20 +1,21 @@
 #include "ops/cpu/thread_adapter.h"
 
+#include <dirent.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <utility>
-
-#include "ops/cpu/gemm.h"
 
 namespace ctrl::cpu {
 
 namespace {
-// The burst: products of a small model's shape ([256, 384] · [384, 384]), a
-// few parallel regions long, so barrier waits weigh as they do in training.
-constexpr int64_t kRows = 256, kWidth = 384, kProducts = 2;
 constexpr double kFirstProbeSeconds = 2.0;
+// Less runnable time than this since the last decision says nothing.
+constexpr double kMinRunnableSeconds = 0.2;
 // Token mode: the first probe after this many tokens (the first token's time
 // is not a sample: it follows the prompt); timed tokens per count (median),
 // the other counts' after one warm-up token; the margin a count must win by.
@@ -23,65 +24,111 @@ constexpr size_t kTrialTokens = 3;
 constexpr double kTokenMargin = 1.1;
 }  // namespace
 
+bool ThreadTimes::available() const { return access("/proc/self/task", R_OK) == 0 && access("/proc/self/schedstat", R_OK) == 0; }
+
+RunQueueTimes ThreadTimes::read() {
+  DIR* dir = opendir("/proc/self/task");
+  if (!dir) return total_;
+  std::map<long, RunQueueTimes> now;
+  while (const dirent* entry = readdir(dir)) {
+    char* end = nullptr;
+    const long tid = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0') continue;
+    const std::string path = std::string("/proc/self/task/") + entry->d_name + "/schedstat";
+    FILE* f = std::fopen(path.c_str(), "r");
+    if (!f) continue;  // the thread just exited
+    unsigned long long run_ns = 0, wait_ns = 0;
+    if (std::fscanf(f, "%llu %llu", &run_ns, &wait_ns) == 2) now[tid] = {double(run_ns) * 1e-9, double(wait_ns) * 1e-9};
+    std::fclose(f);
+  }
+  closedir(dir);
+  for (const auto& [tid, t] : now) {
+    const auto seen = last_.find(tid);
+    const RunQueueTimes before = seen == last_.end() ? RunQueueTimes{} : seen->second;
+    total_.running += t.running - before.running;
+    total_.waiting += t.waiting - before.waiting;
+  }
+  last_ = std::move(now);
+  return total_;
+}
+
+int competing_threads(double share, int threads, int cpus) {
+  if (share <= 0) return 0;
+  const double others = double(cpus) / std::min(share, 1.0) - double(threads);
+  return std::max(0, int(std::floor(others + 0.35)));  // 0.65 of a thread counts as one
+}
+
+double predicted_speed(int threads, int cpus, int competitors) {
+  const int runnable = threads + competitors;
+  if (runnable <= cpus) return threads;
+  if (threads <= cpus) return double(threads) / double((runnable + cpus - 1) / cpus);
+  return kOversubscribedEfficiency * double(threads) * double(cpus) / double(runnable);
+}
+
+int best_thread_count(int cpus, int competitors) {
+  int best = 1;
+  for (int n = 2; n <= 2 * cpus; ++n)
+    if (predicted_speed(n, cpus, competitors) > predicted_speed(best, cpus, competitors)) best = n;
+  return best;
+}
+
 ThreadAdapter::ThreadAdapter(int max_threads, double interval_seconds, double margin,
-                             std::function<double(int)> burst)
-    : burst_(std::move(burst)),
+                             std::function<RunQueueTimes()> times)
+    : times_(std::move(times)),
       max_threads_(std::max(1, max_threads)),
       current_(max_threads_),
       interval_(interval_seconds),
       margin_(margin) {
   for (int n : {max_threads_, max_threads_ - 1, max_threads_ / 2})
     if (n >= 1 && std::find(candidates_.begin(), candidates_.end(), n) == candidates_.end()) candidates_.push_back(n);
-  if (burst_) return;
-  a_.assign(size_t(kRows * kWidth), 0.01f);
-  b_.assign(size_t(kWidth * kWidth), 0.02f);
-  c_.assign(size_t(kRows * kWidth), 0.0f);
-}
-
-double ThreadAdapter::burst_seconds(int threads) {
-  omp_set_num_threads(threads);
-  if (burst_) return burst_(threads);
-  double best = 1e30;
-  for (int run = 0; run < 3; ++run) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < kProducts; ++i)
-      gemm_f32(false, false, kRows, kWidth, kWidth, 1.0f, a_.data(), kWidth, b_.data(), kWidth, 0.0f, c_.data(),
-               kWidth);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
 }
 
 std::string ThreadAdapter::between_steps() {
+  if (!times_ && !thread_times_.available()) return "";
   const auto now = std::chrono::steady_clock::now();
-  if (candidates_.size() < 2) return "";
-  // The first probe comes early (a short run, e.g. `ctrl bench`, lasts seconds), then one per interval.
+  // The first decision comes early (a short run, e.g. `ctrl bench`, lasts seconds), then one per interval.
   const double wait = probed_ ? interval_ : std::min(interval_, kFirstProbeSeconds);
-  if (!started_ || std::chrono::duration<double>(now - last_probe_).count() < wait) {
-    if (!started_) started_ = true, last_probe_ = now;
+  if (started_ && std::chrono::duration<double>(now - last_probe_).count() < wait) return "";
+  const RunQueueTimes times = times_ ? times_() : thread_times_.read();
+  const double running = times.running - last_times_.running, waiting = times.waiting - last_times_.waiting;
+  if (!started_ || running + waiting < kMinRunnableSeconds) {
+    if (!started_) started_ = true, last_probe_ = now, last_times_ = times;
     return "";
   }
-  std::vector<double> seconds(candidates_.size());
-  for (size_t i = 0; i < candidates_.size(); ++i) seconds[i] = burst_seconds(candidates_[i]);
   probed_ = true;
-  last_probe_ = std::chrono::steady_clock::now();
-  return settle(seconds, margin_, "products", true);
+  last_probe_ = now, last_times_ = times;
+  const double share = running / (running + waiting);
+  const int competitors = competing_threads(share, current_, max_threads_);
+  const int best = best_thread_count(max_threads_, competitors);
+  const int before = current_;
+  if (predicted_speed(best, max_threads_, competitors) >= margin_ * predicted_speed(current_, max_threads_, competitors))
+    current_ = best;
+  omp_set_num_threads(current_);
+  if (current_ == before) return "";
+  char line[240];
+  const int percent = int(std::lround(100 * share));
+  if (competitors > 0)
+    std::snprintf(line, sizeof line,
+                  "%d threads instead of %d: about %d other thread%s compete%s for the %d CPUs (ours ran %d%% of the "
+                  "time they were ready)",
+                  current_, before, competitors, competitors == 1 ? "" : "s", competitors == 1 ? "s" : "",
+                  max_threads_, percent);
+  else
+    std::snprintf(line, sizeof line, "%d threads instead of %d: the CPUs are free again (ours ran %d%% of the time they were ready)",
+                  current_, before, percent);
+  return line;
 }
 
-std::string ThreadAdapter::settle(const std::vector<double>& seconds, double margin, const char* what,
-                                  bool say_why) {
+std::string ThreadAdapter::settle_tokens(const std::vector<double>& seconds) {
   const size_t at = index_of(current_);
   const size_t fastest = size_t(std::min_element(seconds.begin(), seconds.end()) - seconds.begin());
   const int before = current_;
-  if (fastest != at && seconds[at] >= margin * seconds[fastest]) current_ = candidates_[fastest];
+  if (fastest != at && seconds[at] >= kTokenMargin * seconds[fastest]) current_ = candidates_[fastest];
   omp_set_num_threads(current_);
   if (current_ == before) return "";
-  const char* why = !say_why                    ? ""
-                    : current_ < max_threads_ ? " (another process is using the CPUs)"
-                                              : " (the CPUs are free again)";
   char line[200];
-  std::snprintf(line, sizeof line, "%d threads instead of %d: their %s ran %.1fx faster just now%s", current_, before,
-                what, seconds[at] / seconds[fastest], why);
+  std::snprintf(line, sizeof line, "%d threads instead of %d: their tokens ran %.1fx faster just now", current_, before,
+                seconds[at] / seconds[fastest]);
   return line;
 }
 
@@ -128,7 +175,7 @@ std::string ThreadAdapter::after_token(double seconds) {
   }
   trial_ = -1, since_probe_ = 0, probed_ = true;
   recent_.clear();
-  return settle(median, kTokenMargin, "tokens", false);
+  return settle_tokens(median);
 }
 
 size_t ThreadAdapter::index_of(int threads) const {

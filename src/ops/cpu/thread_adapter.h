@@ -1,41 +1,87 @@
-// The CPU backend's answer to a shared machine. When another process keeps a
-// core busy, every OpenMP barrier waits for the thread whose core was taken,
-// and fewer threads can run faster (bench/results/shared-machine-*.md).
-// Between optimizer steps, 2 s after the first call
-// and then every `interval` seconds, the adapter times a short burst of
-// matrix products (best of 3 runs of a few ms) at each candidate thread count
-// (all usable CPUs, one fewer, half) and moves to a count only when its burst
-// ran at least `margin` times faster than the current count's. On a quiet
-// machine the full count always wins by far, so the count never changes and
-// a run stays bit-reproducible; under contention it changes, and with it the
-// rounding of the products (results depend on the thread count), so pin the
-// count (--threads, OMP_NUM_THREADS) for bit-exact runs on a busy machine.
+// The CPU backend's answer to a shared machine. ctrl's parallel regions split
+// their work statically, so every barrier waits for the thread that got the
+// least CPU time; when another process keeps a core busy, a different thread
+// count can run faster (bench/results/shared-machine-*.md).
+//
+// Training steps: between optimizer steps, 2 s after the first call and then
+// every `interval` seconds, the adapter reads the kernel's accounting of this
+// process's threads (/proc/self/task/*/schedstat: time on a CPU and time
+// runnable but waiting for one). The share of their waiting time spent on a
+// CPU says how many other threads compete for the usable CPUs (the scheduler
+// shares a CPU equally among runnable threads of equal priority), and a
+// model of a statically split step at each count (predicted_speed) picks the
+// count; the adapter moves only when the model predicts `margin` times the
+// current count's speed. On a quiet machine nothing competes, the count stays
+// at the usable CPUs and a run stays bit-reproducible; under contention it
+// changes, and with it the rounding of the products (results depend on the
+// thread count), so pin the count (--threads, OMP_NUM_THREADS) for bit-exact
+// runs on a busy machine. Where the kernel keeps no such accounting the
+// count never changes.
 //
 // Generated tokens are timed directly instead: decoding one row is dozens of
 // tiny parallel regions per token, so a taken core slows it far more than it
-// slows the burst (3-6x, bench/results/generate-shared-machine-*.md), and a small model may decode
-// faster on fewer threads even on a quiet machine. After the first three
-// tokens and then every `interval` seconds of decoding, the last few tokens
-// stand for the current count and a few tokens run at each other candidate
-// count; the fastest (median) wins by kTokenMargin. The
-// decoding ops give the same bits at any count, so this never changes what
-// is generated (Generator.DecodingGivesTheSameBitsAtAnyThreadCount).
+// slows a training step (3-6x, bench/results/generate-shared-machine-*.md),
+// and a small model may decode faster on fewer threads even on a quiet
+// machine. After the first three tokens and then every `interval` seconds of
+// decoding, the last few tokens stand for the current count and a few tokens
+// run at each other candidate count (all usable CPUs, one fewer, half); the
+// fastest (median) wins by kTokenMargin. The decoding ops give the same bits
+// at any count, so this never changes what is generated
+// (Generator.DecodingGivesTheSameBitsAtAnyThreadCount).
 #pragma once
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 namespace ctrl::cpu {
 
+// Seconds this process's threads have spent on a CPU and runnable but
+// waiting for one, since a fixed start (sums only grow).
+struct RunQueueTimes {
+  double running = 0, waiting = 0;
+};
+
+// Reads /proc/self/task/*/schedstat. Threads that exit stop adding, so the
+// sums stay monotonic; `available()` is false where the kernel has no such file.
+class ThreadTimes {
+ public:
+  bool available() const;
+  RunQueueTimes read();
+
+ private:
+  std::map<long, RunQueueTimes> last_;  // per thread id, as last read
+  RunQueueTimes total_;
+};
+
+// Other processes' runnable threads competing for `cpus` CPUs, estimated
+// from `share`: the fraction of the time our `threads` were runnable that
+// they ran. With N runnable threads sharing the CPUs equally, each runs
+// cpus/N of the time, so N = cpus / share; a share near 1 means none.
+int competing_threads(double share, int threads, int cpus);
+
+// The relative speed of a step split statically over `threads` threads on
+// `cpus` CPUs beside `competitors` busy threads: each thread alone on a CPU
+// while they all fit; when some share a CPU with a competitor but ours do
+// not share among themselves, every barrier waits for the thread with the
+// smallest share (1 / the most threads on one CPU); with more threads than
+// CPUs, ours get their equal share of the CPUs at kOversubscribedEfficiency.
+double predicted_speed(int threads, int cpus, int competitors);
+// The count in 1..2·cpus with the highest predicted speed (the smallest on a tie).
+int best_thread_count(int cpus, int competitors);
+// Measured on a 2-core EPYC beside one busy process: 3 and 4 threads ran at
+// about 0.8 of their equal share's speed (time slicing, caches shared in turn).
+constexpr double kOversubscribedEfficiency = 0.8;
+
 class ThreadAdapter {
  public:
-  // max_threads: the count to start with and return to; interval and margin
-  // as above. `burst` (tests) replaces the timed products: seconds at a count.
-  explicit ThreadAdapter(int max_threads, double interval_seconds = 20.0, double margin = 1.25,
-                         std::function<double(int threads)> burst = nullptr);
-  // Between optimizer steps: probes when the interval has passed (the first
+  // max_threads: the usable CPUs, the count to start with and return to;
+  // interval and margin as above. `times` (tests) replaces ThreadTimes.
+  explicit ThreadAdapter(int max_threads, double interval_seconds = 20.0, double margin = 1.1,
+                         std::function<RunQueueTimes()> times = nullptr);
+  // Between optimizer steps: decides when the interval has passed (the first
   // call only starts the clock) and sets the OpenMP thread count. Returns a
   // one-line note when the count changed, else "".
   std::string between_steps();
@@ -47,14 +93,13 @@ class ThreadAdapter {
   int current() const { return current_; }
 
  private:
-  // Seconds for the burst of products at `threads` threads (the best of three runs).
-  double burst_seconds(int threads);
-  // Given each candidate's seconds, moves to the fastest when it beat the
-  // current count by `margin`, sets the OpenMP count, and returns the note
-  // ("" when unchanged): how much faster its `what` ran, and with `say_why`
-  // whether the CPUs look taken or free.
-  std::string settle(const std::vector<double>& seconds, double margin, const char* what, bool say_why);
-  std::function<double(int)> burst_;
+  // Given each token candidate's seconds, moves to the fastest when it beat
+  // the current count by kTokenMargin, sets the OpenMP count, and returns the
+  // note ("" when unchanged).
+  std::string settle_tokens(const std::vector<double>& seconds);
+  std::function<RunQueueTimes()> times_;
+  ThreadTimes thread_times_;
+  RunQueueTimes last_times_;
   std::vector<int> candidates_;
   int max_threads_, current_;
   double interval_, margin_;
@@ -73,7 +118,6 @@ class ThreadAdapter {
   double since_probe_ = 0;
   int64_t tokens_ = 0;
   std::chrono::steady_clock::time_point last_token_;
-  std::vector<float> a_, b_, c_;
 };
 
 }  // namespace ctrl::cpu
