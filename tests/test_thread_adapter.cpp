@@ -30,16 +30,16 @@ TEST(ThreadAdapter, TokenCandidatesAreAllOneFewerAndHalf) {
   EXPECT_EQ(ThreadAdapter(1).candidates(), (std::vector<int>{1}));
 }
 
-// N runnable threads sharing the CPUs equally each run cpus/N of the time.
-TEST(ThreadAdapter, CompetingThreadsFromTheShareOursRan) {
-  EXPECT_EQ(competing_threads(1.0, 2, 2), 0);
-  EXPECT_EQ(competing_threads(0.97, 2, 2), 0);   // wake-up latency on a quiet machine
-  EXPECT_EQ(competing_threads(2.0 / 3, 2, 2), 1);  // one busy process beside 2 threads
-  EXPECT_EQ(competing_threads(0.5, 3, 2), 1);
-  EXPECT_EQ(competing_threads(0.4, 4, 2), 1);
-  EXPECT_EQ(competing_threads(0.5, 4, 2), 0);    // our own 4 threads on 2 CPUs, nothing else
-  EXPECT_EQ(competing_threads(0.5, 8, 16), 24);
-  EXPECT_EQ(competing_threads(0.0, 2, 2), 0);    // no runnable time: no estimate
+// Shares and CPU rates as measured on a 2-core EPYC (tiny, from /proc).
+TEST(ThreadAdapter, CompetingThreadsFromWhatOursDidNotGet) {
+  EXPECT_EQ(competing_threads(0.998, 1.97, 2, 2), 0);  // quiet, 2 threads
+  EXPECT_EQ(competing_threads(0.99, 1.2, 2, 2), 0);    // our own serial work: ours ran whenever ready
+  EXPECT_EQ(competing_threads(0.87, 1.61, 2, 2), 0);   // a niced busy loop takes little
+  EXPECT_EQ(competing_threads(0.574, 1.04, 2, 2), 1);  // one busy process beside 2 threads
+  EXPECT_EQ(competing_threads(0.3, 0.4, 2, 2), 2);     // two of them
+  EXPECT_EQ(competing_threads(0.270, 1.29, 8, 2), 1);  // one beside 8 threads
+  EXPECT_EQ(competing_threads(0.363, 1.94, 8, 2), 0);  // our own 8 threads on 2 CPUs, nothing else
+  EXPECT_EQ(competing_threads(0.5, 12.0, 16, 16), 4);
 }
 
 TEST(ThreadAdapter, ModelPicksTheCountForTheCompetitors) {
@@ -47,31 +47,31 @@ TEST(ThreadAdapter, ModelPicksTheCountForTheCompetitors) {
   EXPECT_EQ(best_thread_count(16, 0), 16);
   EXPECT_EQ(best_thread_count(1, 0), 1);
   // 2 CPUs, one busy process: 2 threads wait for the one that shares a CPU
-  // (speed 1, as 1 thread); 4 threads get 4/5 of both CPUs at 0.8.
+  // (speed 1, as 1 thread); 8 threads get 8/9 of both CPUs at 0.7.
   EXPECT_DOUBLE_EQ(predicted_speed(2, 2, 1), 1.0);
   EXPECT_DOUBLE_EQ(predicted_speed(1, 2, 1), 1.0);
-  EXPECT_DOUBLE_EQ(predicted_speed(4, 2, 1), 0.8 * 4 * 2 / 5);
-  EXPECT_EQ(best_thread_count(2, 1), 4);
-  // Many CPUs: leaving the taken one alone beats time slicing.
-  EXPECT_EQ(best_thread_count(16, 1), 15);
-  EXPECT_EQ(best_thread_count(4, 1), 3);
-  EXPECT_EQ(best_thread_count(8, 4), 16);  // 0.8 · 16 · 8/20 = 5.1 against 4 alone
+  EXPECT_DOUBLE_EQ(predicted_speed(8, 2, 1), 0.7 * 8 * 2 / 9);
+  EXPECT_DOUBLE_EQ(predicted_speed(15, 16, 1), 15.0);
+  EXPECT_DOUBLE_EQ(predicted_speed(16, 16, 1), 8.0);
+  EXPECT_EQ(best_thread_count(2, 1), 8);
+  EXPECT_EQ(best_thread_count(4, 1), 16);  // 0.7 · 16 · 4/17 = 2.6 against 4/2
   for (int cpus : {1, 2, 3, 8})
     for (int others = 0; others <= 2 * cpus; ++others) {
       const int best = best_thread_count(cpus, others);
-      EXPECT_GE(best, 1);
-      EXPECT_LE(best, 2 * cpus);
+      EXPECT_GE(best, cpus);
+      EXPECT_LE(best, kMaxThreadsPerCpu * cpus);
     }
 }
 
 // Run-queue times stand in for a 2-CPU machine whose second core another
-// process takes, then frees: each call adds `ran` seconds on a CPU and `waited`.
+// process takes, then frees: each call adds a second of wall-clock time in
+// which ours ran `ran` CPU-seconds and waited `waited`.
 TEST(ThreadAdapter, MovesByTheCompetitorsAndComesBack) {
   KeepThreads keep;
   RunQueueTimes total;
-  double ran = 1.0, waited = 0.01;  // quiet
+  double ran = 1.97, waited = 0.01;  // quiet
   ThreadAdapter a(2, 0.0, 1.1, [&] {
-    total.running += ran, total.waiting += waited;
+    total.running += ran, total.waiting += waited, total.wall += 1.0;
     return total;
   });
   omp_set_num_threads(2);
@@ -79,17 +79,17 @@ TEST(ThreadAdapter, MovesByTheCompetitorsAndComesBack) {
   EXPECT_EQ(a.between_steps(), "");
   EXPECT_EQ(a.current(), 2);
   EXPECT_EQ(omp_get_max_threads(), 2);
-  ran = 1.0, waited = 0.5;  // 2 threads, one busy process: ours run 2/3 of the time
+  ran = 1.04, waited = 0.77;  // 2 threads beside one busy process
   const std::string note = a.between_steps();
-  EXPECT_NE(note.find("4 threads instead of 2: about 1 other thread competes for the 2 CPUs (ours ran 67%"),
+  EXPECT_NE(note.find("8 threads instead of 2: other processes took 1.0 of the 2 CPUs (ours ran 57%"),
             std::string::npos)
       << note;
-  EXPECT_EQ(omp_get_max_threads(), 4);
-  ran = 0.4, waited = 0.6;  // 4 threads beside it: still one competitor, stay
+  EXPECT_EQ(omp_get_max_threads(), 8);
+  ran = 1.29, waited = 3.49;  // 8 threads beside it: still one competitor, stay
   EXPECT_EQ(a.between_steps(), "");
-  EXPECT_EQ(a.current(), 4);
-  ran = 0.5, waited = 0.5;  // 4 threads alone on 2 CPUs: free again
-  EXPECT_NE(a.between_steps().find("2 threads instead of 4: the CPUs are free again"), std::string::npos);
+  EXPECT_EQ(a.current(), 8);
+  ran = 1.94, waited = 3.40;  // 8 threads alone on 2 CPUs: free again
+  EXPECT_NE(a.between_steps().find("2 threads instead of 8: the CPUs are free again"), std::string::npos);
   EXPECT_EQ(omp_get_max_threads(), 2);
   ran = 0.001, waited = 0.001;  // too little runnable time to decide
   EXPECT_EQ(a.between_steps(), "");
@@ -99,7 +99,7 @@ TEST(ThreadAdapter, MovesByTheCompetitorsAndComesBack) {
 TEST(ThreadAdapter, WaitsForTheInterval) {
   KeepThreads keep;
   int reads = 0;
-  ThreadAdapter a(2, 3600.0, 1.1, [&] { return ++reads, RunQueueTimes{double(reads), double(reads)}; });
+  ThreadAdapter a(2, 3600.0, 1.1, [&] { return ++reads, RunQueueTimes{double(reads), double(reads), double(reads)}; });
   for (int i = 0; i < 5; ++i) EXPECT_EQ(a.between_steps(), "");
   EXPECT_EQ(reads, 1);  // the first call's, which starts the clock
   EXPECT_EQ(a.current(), 2);

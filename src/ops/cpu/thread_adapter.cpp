@@ -28,7 +28,7 @@ bool ThreadTimes::available() const { return access("/proc/self/task", R_OK) == 
 
 RunQueueTimes ThreadTimes::read() {
   DIR* dir = opendir("/proc/self/task");
-  if (!dir) return total_;
+  if (!dir) return total_;  // no accounting: nothing changes
   std::map<long, RunQueueTimes> now;
   while (const dirent* entry = readdir(dir)) {
     char* end = nullptr;
@@ -42,6 +42,7 @@ RunQueueTimes ThreadTimes::read() {
     std::fclose(f);
   }
   closedir(dir);
+  total_.wall = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   for (const auto& [tid, t] : now) {
     const auto seen = last_.find(tid);
     const RunQueueTimes before = seen == last_.end() ? RunQueueTimes{} : seen->second;
@@ -52,10 +53,10 @@ RunQueueTimes ThreadTimes::read() {
   return total_;
 }
 
-int competing_threads(double share, int threads, int cpus) {
-  if (share <= 0) return 0;
-  const double others = double(cpus) / std::min(share, 1.0) - double(threads);
-  return std::max(0, int(std::floor(others + 0.35)));  // 0.65 of a thread counts as one
+int competing_threads(double share, double our_cpus, int threads, int cpus) {
+  const double others = std::max(0.0, double(cpus) - our_cpus);
+  if (threads <= cpus) return share < kContendedShare ? std::max(1, int(std::lround(others))) : 0;
+  return others < kStillContendedCpus ? 0 : std::max(1, int(std::lround(others)));
 }
 
 double predicted_speed(int threads, int cpus, int competitors) {
@@ -66,8 +67,8 @@ double predicted_speed(int threads, int cpus, int competitors) {
 }
 
 int best_thread_count(int cpus, int competitors) {
-  int best = 1;
-  for (int n = 2; n <= 2 * cpus; ++n)
+  int best = cpus;
+  for (int n = cpus + 1; n <= kMaxThreadsPerCpu * cpus; ++n)
     if (predicted_speed(n, cpus, competitors) > predicted_speed(best, cpus, competitors)) best = n;
   return best;
 }
@@ -91,14 +92,16 @@ std::string ThreadAdapter::between_steps() {
   if (started_ && std::chrono::duration<double>(now - last_probe_).count() < wait) return "";
   const RunQueueTimes times = times_ ? times_() : thread_times_.read();
   const double running = times.running - last_times_.running, waiting = times.waiting - last_times_.waiting;
+  const double wall = times.wall - last_times_.wall;
   if (!started_ || running + waiting < kMinRunnableSeconds) {
     if (!started_) started_ = true, last_probe_ = now, last_times_ = times;
     return "";
   }
+  const double share = running / (running + waiting);
+  const double our_cpus = wall > 0 ? running / wall : double(max_threads_);
+  const int competitors = competing_threads(share, our_cpus, current_, max_threads_);
   probed_ = true;
   last_probe_ = now, last_times_ = times;
-  const double share = running / (running + waiting);
-  const int competitors = competing_threads(share, current_, max_threads_);
   const int best = best_thread_count(max_threads_, competitors);
   const int before = current_;
   if (predicted_speed(best, max_threads_, competitors) >= margin_ * predicted_speed(current_, max_threads_, competitors))
@@ -109,10 +112,9 @@ std::string ThreadAdapter::between_steps() {
   const int percent = int(std::lround(100 * share));
   if (competitors > 0)
     std::snprintf(line, sizeof line,
-                  "%d threads instead of %d: about %d other thread%s compete%s for the %d CPUs (ours ran %d%% of the "
-                  "time they were ready)",
-                  current_, before, competitors, competitors == 1 ? "" : "s", competitors == 1 ? "s" : "",
-                  max_threads_, percent);
+                  "%d threads instead of %d: other processes took %.1f of the %d CPUs (ours ran %d%% of the time "
+                  "they were ready)",
+                  current_, before, double(max_threads_) - our_cpus, max_threads_, percent);
   else
     std::snprintf(line, sizeof line, "%d threads instead of %d: the CPUs are free again (ours ran %d%% of the time they were ready)",
                   current_, before, percent);

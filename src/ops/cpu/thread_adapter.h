@@ -6,11 +6,12 @@
 // Training steps: between optimizer steps, 2 s after the first call and then
 // every `interval` seconds, the adapter reads the kernel's accounting of this
 // process's threads (/proc/self/task/*/schedstat: time on a CPU and time
-// runnable but waiting for one). The share of their waiting time spent on a
-// CPU says how many other threads compete for the usable CPUs (the scheduler
-// shares a CPU equally among runnable threads of equal priority), and a
-// model of a statically split step at each count (predicted_speed) picks the
-// count; the adapter moves only when the model predicts `margin` times the
+// runnable but waiting for one). When ours waited, the CPU time they did not
+// get went to other processes (competing_threads), and a model of a
+// statically split step at each count (predicted_speed) picks the count,
+// from the usable CPUs up to kMaxThreadsPerCpu per CPU: beside a busy
+// process, more threads than CPUs win the scheduler's share that a
+// statically split step cannot use at one thread per CPU; the adapter moves only when the model predicts `margin` times the
 // current count's speed. On a quiet machine nothing competes, the count stays
 // at the usable CPUs and a run stays bit-reproducible; under contention it
 // changes, and with it the rounding of the products (results depend on the
@@ -39,9 +40,10 @@
 namespace ctrl::cpu {
 
 // Seconds this process's threads have spent on a CPU and runnable but
-// waiting for one, since a fixed start (sums only grow).
+// waiting for one, since a fixed start (sums only grow), and the wall clock
+// (steady) when they were read.
 struct RunQueueTimes {
-  double running = 0, waiting = 0;
+  double running = 0, waiting = 0, wall = 0;
 };
 
 // Reads /proc/self/task/*/schedstat. Threads that exit stop adding, so the
@@ -56,11 +58,21 @@ class ThreadTimes {
   RunQueueTimes total_;
 };
 
-// Other processes' runnable threads competing for `cpus` CPUs, estimated
-// from `share`: the fraction of the time our `threads` were runnable that
-// they ran. With N runnable threads sharing the CPUs equally, each runs
-// cpus/N of the time, so N = cpus / share; a share near 1 means none.
-int competing_threads(double share, int threads, int cpus);
+// Other processes' busy threads on our CPUs, from one interval's accounting
+// at `threads` threads: `share`, the fraction of the time our threads were
+// ready to run that they ran, and `our_cpus`, their CPU time per wall-clock
+// second; the CPUs' capacity that ours did not use (cpus - our_cpus), rounded
+// to whole threads, stands for the competitors. At most `cpus` threads, that
+// capacity may be our own idle time at barriers, so it counts only when ours
+// also waited: share below kContendedShare (one busy process beside 2
+// threads on 2 CPUs: 0.57; quiet: 0.997; a `nice -n 19` loop: 0.87, which
+// takes little and should not make ctrl oversubscribe). Oversubscribed, our
+// threads keep every CPU busy, and competitors remain while they still take
+// kStillContendedCpus (beside one busy process 0.7 at 8 threads on 2 CPUs,
+// quiet 0.06-0.16).
+int competing_threads(double share, double our_cpus, int threads, int cpus);
+constexpr double kContendedShare = 0.75;
+constexpr double kStillContendedCpus = 0.3;
 
 // The relative speed of a step split statically over `threads` threads on
 // `cpus` CPUs beside `competitors` busy threads: each thread alone on a CPU
@@ -69,11 +81,16 @@ int competing_threads(double share, int threads, int cpus);
 // smallest share (1 / the most threads on one CPU); with more threads than
 // CPUs, ours get their equal share of the CPUs at kOversubscribedEfficiency.
 double predicted_speed(int threads, int cpus, int competitors);
-// The count in 1..2·cpus with the highest predicted speed (the smallest on a tie).
+// The count in cpus..kMaxThreadsPerCpu·cpus with the highest predicted speed
+// (the smallest on a tie). Never fewer threads than CPUs: at fewer, the
+// accounting could not tell when a competitor leaves (ours would neither
+// wait nor use its CPU), so the count would stay low on a quiet machine.
 int best_thread_count(int cpus, int competitors);
-// Measured on a 2-core EPYC beside one busy process: 3 and 4 threads ran at
-// about 0.8 of their equal share's speed (time slicing, caches shared in turn).
-constexpr double kOversubscribedEfficiency = 0.8;
+// Measured on a 2-core EPYC beside one busy process: 3 to 8 threads ran at
+// 0.67-0.75 of their equal share's speed (time slicing, caches shared in
+// turn, and the scheduler leaving the busy loop more than an equal share).
+constexpr double kOversubscribedEfficiency = 0.7;
+constexpr int kMaxThreadsPerCpu = 4;
 
 class ThreadAdapter {
  public:
