@@ -19,8 +19,8 @@
 #
 # Knobs (environment): PRESET=tiny BATCH=8 STEPS=12 WARMUP=2 ROUNDS=3 THREADS=$(nproc)
 # POLICIES="default spin:20000 passive active threads:1" CTRL=build/ctrl
-# (the adaptation probes every 20 s: give busy runs a WARMUP longer than that,
-# e.g. WARMUP=30 STEPS=40 for tiny at batch 8, to time its steady state)
+# (the adaptation first decides 2 s into a run, then every 20 s: give busy
+# runs a WARMUP longer than 2 s, e.g. WARMUP=5 STEPS=20 for tiny at batch 8)
 # PY=.venv/bin/python (PyTorch peer, eager fp32; PEER=0 skips it) RESULTS=<folder>
 # WORK=train | generate; for generate: MODEL=<checkpoint> (default: the main
 # job's latest, runs/tiny), CODE (default: the model's first code), TOKENS=127

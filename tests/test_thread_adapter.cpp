@@ -172,6 +172,24 @@ TEST(ThreadAdapter, FirstTokenProbeComesAfterThreeTokensThenByDecodingTime) {
   EXPECT_EQ(counts, expected);
 }
 
+// Decoding's candidates do not include a count training chose beyond the
+// CPUs: the first token moves back to the CPUs, and probes work from there.
+TEST(ThreadAdapter, TokensStartFromTheCpusAfterTrainingOversubscribed) {
+  KeepThreads keep;
+  RunQueueTimes total;
+  ThreadAdapter a(2, 0.0, 1.1, [&] {
+    total.running += 1.04, total.waiting += 0.77, total.wall += 1.0;  // beside one busy process
+    return total;
+  });
+  a.between_steps();
+  EXPECT_NE(a.between_steps(), "");
+  ASSERT_EQ(a.current(), 8);
+  a.after_token(0.01);
+  EXPECT_EQ(a.current(), 2);
+  EXPECT_EQ(omp_get_max_threads(), 2);
+  EXPECT_TRUE(decode(a, {{2, 0.010}, {1, 0.012}}, 50).empty());
+}
+
 // ctest pins OMP_NUM_THREADS; a backend made then never changes the count.
 TEST(ThreadAdapter, PinnedCountIsLeftAlone) {
   KeepThreads keep;

@@ -24,7 +24,9 @@ constexpr size_t kTrialTokens = 3;
 constexpr double kTokenMargin = 1.1;
 }  // namespace
 
-bool ThreadTimes::available() const { return access("/proc/self/task", R_OK) == 0 && access("/proc/self/schedstat", R_OK) == 0; }
+bool ThreadTimes::available() const {
+  return access("/proc/self/task", R_OK) == 0 && access("/proc/self/schedstat", R_OK) == 0;
+}
 
 RunQueueTimes ThreadTimes::read() {
   DIR* dir = opendir("/proc/self/task");
@@ -104,8 +106,9 @@ std::string ThreadAdapter::between_steps() {
   last_probe_ = now, last_times_ = times;
   const int best = best_thread_count(max_threads_, competitors);
   const int before = current_;
-  if (predicted_speed(best, max_threads_, competitors) >= margin_ * predicted_speed(current_, max_threads_, competitors))
-    current_ = best;
+  const double gain =
+      predicted_speed(best, max_threads_, competitors) / predicted_speed(current_, max_threads_, competitors);
+  if (gain >= margin_) current_ = best;
   omp_set_num_threads(current_);
   if (current_ == before) return "";
   char line[240];
@@ -116,7 +119,8 @@ std::string ThreadAdapter::between_steps() {
                   "they were ready)",
                   current_, before, double(max_threads_) - our_cpus, max_threads_, percent);
   else
-    std::snprintf(line, sizeof line, "%d threads instead of %d: the CPUs are free again (ours ran %d%% of the time they were ready)",
+    std::snprintf(line, sizeof line,
+                  "%d threads instead of %d: the CPUs are free again (ours ran %d%% of the time they were ready)",
                   current_, before, percent);
   return line;
 }
@@ -143,6 +147,10 @@ std::string ThreadAdapter::between_tokens() {
 
 std::string ThreadAdapter::after_token(double seconds) {
   if (candidates_.size() < 2) return "";
+  if (trial_ < 0 && index_of(current_) == candidates_.size()) {
+    current_ = max_threads_;  // a count training chose beyond the CPUs: decoding starts from the CPUs
+    omp_set_num_threads(current_);
+  }
   ++tokens_;
   if (trial_ < 0) {
     // The current count's samples are the tokens just decoded, so a probe

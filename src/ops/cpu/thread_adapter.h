@@ -10,9 +10,10 @@
 // get went to other processes (competing_threads), and a model of a
 // statically split step at each count (predicted_speed) picks the count,
 // from the usable CPUs up to kMaxThreadsPerCpu per CPU: beside a busy
-// process, more threads than CPUs win the scheduler's share that a
-// statically split step cannot use at one thread per CPU; the adapter moves only when the model predicts `margin` times the
-// current count's speed. On a quiet machine nothing competes, the count stays
+// process, more threads than CPUs win turns on every CPU, which one thread
+// per CPU cannot use when one of them shares its CPU. The adapter moves only
+// when the model predicts `margin` times the current count's speed. On a
+// quiet machine nothing competes, the count stays
 // at the usable CPUs and a run stays bit-reproducible; under contention it
 // changes, and with it the rounding of the products (results depend on the
 // thread count), so pin the count (--threads, OMP_NUM_THREADS) for bit-exact
