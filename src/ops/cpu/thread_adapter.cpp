@@ -81,13 +81,14 @@ ThreadAdapter::ThreadAdapter(int max_threads, double interval_seconds, double ma
       max_threads_(std::max(1, max_threads)),
       current_(max_threads_),
       interval_(interval_seconds),
-      margin_(margin) {
+      margin_(margin),
+      accounting_(times_ || thread_times_.available()) {
   for (int n : {max_threads_, max_threads_ - 1, max_threads_ / 2})
     if (n >= 1 && std::find(candidates_.begin(), candidates_.end(), n) == candidates_.end()) candidates_.push_back(n);
 }
 
 std::string ThreadAdapter::between_steps() {
-  if (!times_ && !thread_times_.available()) return "";
+  if (!accounting_) return "";
   const auto now = std::chrono::steady_clock::now();
   // The first decision comes early (a short run, e.g. `ctrl bench`, lasts seconds), then one per interval.
   const double wait = probed_ ? interval_ : std::min(interval_, kFirstProbeSeconds);

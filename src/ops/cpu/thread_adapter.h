@@ -121,6 +121,7 @@ class ThreadAdapter {
   std::vector<int> candidates_;
   int max_threads_, current_;
   double interval_, margin_;
+  bool accounting_;  // times_ given or the kernel keeps schedstat: checked once, not every step
   bool started_ = false, probed_ = false;
   std::chrono::steady_clock::time_point last_probe_;
   // The position of a count in candidates_.
