@@ -15,7 +15,9 @@
 #   threads:N    --threads N with the default wait (a pinned count: no adaptation)
 #
 # Prints a table: tokens/s quiet, tokens/s busy (median of ROUNDS), busy/quiet,
-# and quiet against the first setting's quiet, with a bar per row.
+# the median over rounds of busy against the same round's quiet runs of that
+# program (its settings' median), and quiet against the first setting's
+# quiet, with a bar per row.
 #
 # Knobs (environment): PRESET=tiny BATCH=8 STEPS=12 WARMUP=2 ROUNDS=3 THREADS=$(nproc)
 # POLICIES="default spin:20000 passive active threads:1" CTRL=build/ctrl
@@ -104,12 +106,13 @@ trap stop_busy EXIT
 what="$PRESET, batch $BATCH"
 [ "$WORK" = generate ] && what="ctrl generate of $TOKENS tokens from $MODEL under $CODE"
 echo "shared_machine: $what, $THREADS threads, $ROUNDS rounds on $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+: >"$out/runs.txt"  # this run's rows only, even in a RESULTS folder used before
 for r in $(seq 1 "$ROUNDS"); do
   for mode in quiet busy; do
     [ "$mode" = busy ] && { bash -c 'while :; do :; done' & busy_pid=$!; }
     for s in "${settings[@]}"; do
       tps=$(run_one "$s")
-      echo "$s|$mode|$tps" >>"$out/runs.txt"
+      echo "$s|$mode|$tps|$r" >>"$out/runs.txt"
       printf '  round %d %-5s %-22s %8.1f tokens/s\n' "$r" "$mode" "$s" "$tps" >&2
     done
     stop_busy
@@ -118,20 +121,31 @@ done
 
 python3 - "$out/runs.txt" "${settings[@]}" <<'EOF' | tee "$out/shared_machine.md"
 import statistics, sys
-runs = {}
+runs, by_round = {}, {}
 for line in open(sys.argv[1]):
-    s, mode, tps = line.rstrip("\n").split("|")
+    s, mode, tps, r = line.rstrip("\n").split("|")
     runs.setdefault((s, mode), []).append(float(tps))
+    by_round.setdefault((r, mode), {})[s] = float(tps)
 settings = sys.argv[2:]
 med = {k: statistics.median(v) for k, v in runs.items()}
 first = {}
 for s in settings:
     first.setdefault(s.split()[0], med[(s, "quiet")])
-print("| setting | quiet tokens/s | busy tokens/s | busy / quiet | quiet / default quiet | busy |")
-print("|---|---:|---:|---:|---:|---|")
+# Per round: a setting's busy run against the median of the same program's
+# quiet runs in that round (minutes apart, so the host's drift cancels).
+def round_ratio(s):
+    ratios = []
+    for (r, mode), got in by_round.items():
+        if mode != "busy" or s not in got:
+            continue
+        quiet = [t for k, t in by_round[(r, "quiet")].items() if k.split()[0] == s.split()[0]]
+        ratios.append(got[s] / statistics.median(quiet))
+    return statistics.median(ratios)
+print("| setting | quiet tokens/s | busy tokens/s | busy / quiet | busy / quiet by round | quiet / default quiet | busy |")
+print("|---|---:|---:|---:|---:|---:|---|")
 for s in settings:
     q, b = med[(s, "quiet")], med[(s, "busy")]
     bar = "█" * round(20 * b / q)
-    print(f"| {s} | {q:,.0f} | {b:,.0f} | {b / q:.2f} | {q / first[s.split()[0]]:.3f} | {bar} |")
+    print(f"| {s} | {q:,.0f} | {b:,.0f} | {b / q:.2f} | {round_ratio(s):.2f} | {q / first[s.split()[0]]:.3f} | {bar} |")
 EOF
 echo "shared_machine: runs and table in $out" >&2
