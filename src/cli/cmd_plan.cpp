@@ -5,7 +5,6 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "core/error.h"
-#include "core/progress.h"
 #include "core/sysinfo.h"
 #include "model/layout.h"
 #include "ops/ops.h"
@@ -38,27 +37,6 @@ const char* kUsage =
     "  --price-per-hour P  per GPU (or per machine for CPUs); adds the cost\n"
     "  --teacher CKPT      distillation (ctrl train --teacher): counts the teacher's forward-only model in\n"
     "                      memory and its forward pass in the FLOPs of every step (also train.teacher)\n";
-
-// What emulated bf16 costs here, from both products' peaks measured now:
-// the planned time against the same plan at fp32's peak (compute-bound, so
-// time scales with the peak), and the flag that gets it. A factor under
-// kWorthSwitching is reported as such (oneDNN's emulation is cheap on some CPUs).
-constexpr double kWorthSwitching = 1.15;
-std::string emulated_bf16_advice(Ops& cpu, double bf16_seconds) {
-  const double bf16 = cpu.measure_peak_gflops(true, 0.3), fp32 = cpu.measure_peak_gflops(false, 0.3);
-  char line[320];
-  if (fp32 < kWorthSwitching * bf16)
-    std::snprintf(line, sizeof line,
-                  "bf16 products measured %.1f GFLOP/s here against fp32's %.1f: the emulation costs little on this CPU",
-                  bf16, fp32);
-  else
-    std::snprintf(line, sizeof line,
-                  "bf16 products measured %.1f GFLOP/s here against fp32's %.1f: in fp32 this run would take about %s "
-                  "instead of %s (%.1fx sooner; --precision fp32)",
-                  bf16, fp32, Progress::format_duration(bf16_seconds * bf16 / fp32).c_str(),
-                  Progress::format_duration(bf16_seconds).c_str(), fp32 / bf16);
-  return line;
-}
 
 int run(const std::vector<std::string>& argv) {
   Args args("plan", kUsage);
@@ -108,11 +86,14 @@ int run(const std::vector<std::string>& argv) {
       r.cpu_peak_gflops = cpu->measure_peak_gflops(r.config.train.precision == "bf16", 0.5);
   }
   plan::Plan p = plan::make_plan(r);
-  if (r.gpu.empty()) {  // e.g. bf16 on a CPU without AVX512-BF16: emulated, slower than fp32
+  if (r.gpu.empty()) {  // bf16 on a CPU: emulated, or native and still slower than fp32
     const std::string note = cpu->precision_note(activation_dtype(r.config.train.precision));
     if (!note.empty()) p.notes.push_back(note);
-    if (!note.empty() && r.config.train.precision == "bf16" && p.hours_no_overlap > 0)
-      p.notes.push_back(emulated_bf16_advice(*cpu, p.hours_no_overlap * 3600));
+    if (r.config.train.precision == "bf16" && p.hours_no_overlap > 0) {
+      const double bf16 = cpu->measure_peak_gflops(true, 0.3), fp32 = cpu->measure_peak_gflops(false, 0.3);
+      const std::string advice = plan::bf16_slower_advice(bf16, fp32, note.empty(), p.hours_no_overlap * 3600);
+      if (!advice.empty()) p.notes.push_back(advice);
+    }
   }
   std::printf("%s", args.has("json") ? (plan::plan_json(p) + "\n").c_str() : plan::plan_text(p).c_str());
   return 0;

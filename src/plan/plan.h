@@ -190,6 +190,17 @@ struct Plan {
   std::string verdict;         // one line
 };
 
+// bf16 against fp32 on a CPU, from both products' peaks measured on it: bf16
+// is slower wherever oneDNN emulates it (no AVX512-BF16), and can be where it
+// is native: a Xeon with AVX512-BF16 but no AMX measured 142 GFLOP/s in bf16
+// against 254 in fp32 (PyTorch's oneDNN likewise), a Zen 5 ran bf16 1.8x
+// faster. One line for `ctrl train` and `ctrl plan` when fp32 is at least
+// kFp32WorthSwitching times faster, naming both figures and the flag; ""
+// otherwise. `bf16_seconds` > 0 adds the planned time in both precisions
+// (compute-bound: time scales with the peak).
+constexpr double kFp32WorthSwitching = 1.15;
+std::string bf16_slower_advice(double bf16_gflops, double fp32_gflops, bool native_bf16, double bf16_seconds = 0);
+
 // Validates the request (one-line ctrl::Error on nonsense) and plans.
 Plan make_plan(const Request& request);
 std::string plan_json(const Plan& plan);   // pretty JSON, stable key order

@@ -437,13 +437,10 @@ void Trainer::print_start() {
                  forward_flops_per_token(teacher_->config()) / 1e6, t.distill_alpha, t.distill_temperature);
   const std::string note = ops_->precision_note(activation_dtype(t.precision));
   if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
-  if (!note.empty() && t.precision == "bf16") {  // what emulation costs, measured
+  if (t.precision == "bf16" && ops_->gpu() < 0) {  // bf16 can be slower than fp32 on a CPU, native or not
     const double bf16 = ops_->measure_peak_gflops(true, 0.2), fp32 = ops_->measure_peak_gflops(false, 0.2);
-    if (fp32 > 1.15 * bf16)  // oneDNN's emulation is cheap on some CPUs: then bf16 costs little
-      std::fprintf(stderr,
-                   "warning: bf16 products run at %.1f GFLOP/s on this CPU and fp32 at %.1f: this run would train "
-                   "about %.1fx faster with --set train.precision=fp32\n",
-                   bf16, fp32, fp32 / bf16);
+    const std::string advice = plan::bf16_slower_advice(bf16, fp32, note.empty());
+    if (!advice.empty()) std::fprintf(stderr, "warning: %s\n", advice.c_str());
   }
 }
 
