@@ -27,6 +27,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -202,33 +203,36 @@ TEST(GradCheck, LayerNorm) {
 
 TEST(GradCheck, CausalAttention) {
   auto ops = test_support::make_cpu_reference();
-  // Three heads of width 4; T = 7 is not a power of two.
-  const int64_t B = 2, T = 7, D = 12, H = 3;
-  auto qkv = randn(B * T * 3 * D, 1), r = randn(B * T * D, 2);
-  std::vector<float> out(B * T * D), probs(B * H * T * T);
-  auto f = [&] {
-    ops->attention_forward(out.data(), probs.data(), qkv.data(), B, T, D, H);
-    return dot(r, out.data());
-  };
-  f();
-  std::vector<float> dqkv(qkv.size(), 1e3f);  // overwritten
-  ops->attention_backward(dqkv.data(), r.data(), qkv.data(), probs.data(), B, T, D, H);
-  EXPECT_GRAD(check_gradient(qkv.data(), dqkv.data(), dqkv.size(), kSmoothStep, f), kSmoothTol, "attention dqkv");
+  // Three heads of width 4 at T = 7 (not a power of two); two heads of width 4
+  // at T = 150, which the products cut into causal blocks of 64 rows and columns.
+  for (auto [B, T, D, H] : std::vector<std::array<int64_t, 4>>{{2, 7, 12, 3}, {1, 150, 8, 2}}) {
+    SCOPED_TRACE("T = " + std::to_string(T));
+    auto qkv = randn(B * T * 3 * D, 1), r = randn(B * T * D, 2);
+    std::vector<float> out(B * T * D), probs(B * H * T * T);
+    auto f = [&] {
+      ops->attention_forward(out.data(), probs.data(), qkv.data(), B, T, D, H);
+      return dot(r, out.data());
+    };
+    f();
+    std::vector<float> dqkv(qkv.size(), 1e3f);  // overwritten
+    ops->attention_backward(dqkv.data(), r.data(), qkv.data(), probs.data(), B, T, D, H);
+    EXPECT_GRAD(check_gradient(qkv.data(), dqkv.data(), dqkv.size(), kSmoothStep, f), kSmoothTol, "attention dqkv");
 
-  // Causality: the first position sees only itself, so its output is its own
-  // value vector, and no later query affects an earlier output.
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t c = 0; c < D; ++c) EXPECT_NEAR(out[b * T * D + c], qkv[b * T * 3 * D + 2 * D + c], 1e-6);
-  for (int64_t i = 0; i < B * H * T; ++i) {
-    const int64_t row = i % T;
-    double s = 0;
-    for (int64_t j = 0; j < T; ++j) {
-      s += probs[i * T + j];
-      if (j > row) {
-        EXPECT_EQ(probs[i * T + j], 0.0f);
+    // Causality: the first position sees only itself, so its output is its own
+    // value vector, and no later query affects an earlier output.
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t c = 0; c < D; ++c) EXPECT_NEAR(out[b * T * D + c], qkv[b * T * 3 * D + 2 * D + c], 1e-6);
+    for (int64_t i = 0; i < B * H * T; ++i) {
+      const int64_t row = i % T;
+      double s = 0;
+      for (int64_t j = 0; j < T; ++j) {
+        s += probs[i * T + j];
+        if (j > row) {
+          EXPECT_EQ(probs[i * T + j], 0.0f);
+        }
       }
+      EXPECT_NEAR(s, 1.0, 1e-6);
     }
-    EXPECT_NEAR(s, 1.0, 1e-6);
   }
 }
 

@@ -181,9 +181,11 @@ std::vector<Case> all_cases() {
                          return 0.0;
                        }});
     }
-  // Attention: T = 1, odd T, several heads; fp32, and bf16 activations.
+  // Attention: T = 1, odd T, several heads, and T = 150 for the causal blocks
+  // of 64 (two whole, one partial); fp32, and bf16 activations.
   for (DType t : {F32, BF16})
-    for (auto [B, T, D, H] : std::vector<std::array<int64_t, 4>>{{1, 1, 8, 2}, {2, 5, 12, 3}, {1, 17, 16, 4}}) {
+    for (auto [B, T, D, H] :
+         std::vector<std::array<int64_t, 4>>{{1, 1, 8, 2}, {2, 5, 12, 3}, {1, 17, 16, 4}, {1, 150, 16, 2}}) {
       const std::string shape =
           " B" + std::to_string(B) + " T" + std::to_string(T) + " D" + std::to_string(D) + " H" + std::to_string(H);
       const size_t rows = size_t(B * T);

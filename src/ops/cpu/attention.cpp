@@ -1,7 +1,9 @@
 // Causal multi-head attention, forward and backward, on the CPU. Each
 // (batch, head) pair is one task on one thread; its products run
 // single-threaded inside the parallel region. Only the softmax P[T,T] per head
-// is kept for backward.
+// is kept for backward. The products skip the blocks above the diagonal,
+// where P and dS are zero: in blocks of kCausalBlock rows (or columns), 62.5%
+// of the full products' work at T = 256.
 //
 // Two paths: fp32 (fp32 buffers, or fp16 ones widened, as this CPU has no fp16
 // products), and bf16, where q, k, v, P, dO and dS enter bf16 products with
@@ -9,6 +11,7 @@
 // and its backward run in fp32.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -56,7 +59,18 @@ void for_each_head(std::vector<float>& scratch, int64_t B, int64_t H, int64_t T,
   }
 }
 
-// Causal softmax of the scores in place: row i sees positions 0..i.
+constexpr int64_t kCausalBlock = 64;
+
+// Calls fn(first, count) for each block of kCausalBlock rows of T. A product
+// whose rows are queries needs keys [0, first + count) for the block; one
+// whose rows are keys (Pᵀ·dO, dSᵀ·q) needs queries [first, T).
+template <typename Fn>
+void for_each_causal_block(int64_t T, Fn fn) {
+  for (int64_t first = 0; first < T; first += kCausalBlock) fn(first, std::min(kCausalBlock, T - first));
+}
+
+// Causal softmax of the scores in place: row i sees positions 0..i (only
+// those are read, so the scores above the diagonal may be left unset).
 void causal_softmax(float* P, int64_t T) {
   for (int64_t i = 0; i < T; ++i) {
     float* row = P + i * T;
@@ -87,24 +101,31 @@ void CpuOps::attention_forward(TensorRef out_ref, TensorRef probs_ref, TensorRef
     if (bf16) {
       const uint16_t* q = qkv_ref.bf16() + b * T * 3 * D + h * hd;
       uint16_t* P = probs_ref.bf16() + bh * T * T;
-      gemm_bf16(false, true, T, T, hd, scale, q, 3 * D, q + D, 3 * D, 0.0f, scores, T);
+      uint16_t* out = out_ref.bf16() + b * T * D + h * hd;
+      for_each_causal_block(T, [&](int64_t i0, int64_t n) {
+        gemm_bf16(false, true, n, i0 + n, hd, scale, q + i0 * 3 * D, 3 * D, q + D, 3 * D, 0.0f, scores + i0 * T, T);
+      });
       causal_softmax(scores, T);
       to_bf16(scores, P, T * T);
-      gemm_bf16_bias(false, false, T, hd, T, P, T, q + 2 * D, 3 * D, nullptr, out_ref.bf16() + b * T * D + h * hd, true,
-                     D);
+      for_each_causal_block(T, [&](int64_t i0, int64_t n) {
+        gemm_bf16_bias(false, false, n, hd, i0 + n, P + i0 * T, T, q + 2 * D, 3 * D, nullptr, out + i0 * D, true, D);
+      });
       return;
     }
     const HeadInputs in = head_inputs(qkv_ref, b, h, T, D, hd, slices);
     float* P = probs_ref.f32() + bh * T * T;
-    gemm_f32(false, true, T, T, hd, scale, in.q, in.ld, in.k, in.ld, 0.0f, P, T);
+    for_each_causal_block(T, [&](int64_t i0, int64_t n) {
+      gemm_f32(false, true, n, i0 + n, hd, scale, in.q + i0 * in.ld, in.ld, in.k, in.ld, 0.0f, P + i0 * T, T);
+    });
     causal_softmax(P, T);
-    if (!out_ref.is_16bit()) {
-      gemm_f32(false, false, T, hd, T, 1.0f, P, T, in.v, in.ld, 0.0f, out_ref.f32() + b * T * D + h * hd, D);
-      return;
-    }
-    float* o = slices + 3 * T * hd;
-    gemm_f32(false, false, T, hd, T, 1.0f, P, T, in.v, in.ld, 0.0f, o, hd);
-    for (int64_t t = 0; t < T; ++t) to_f16(o + t * hd, out_ref.u16() + (b * T + t) * D + h * hd, hd);
+    const bool f32_out = !out_ref.is_16bit();
+    float* o = f32_out ? out_ref.f32() + b * T * D + h * hd : slices + 3 * T * hd;
+    const int64_t ldo = f32_out ? D : hd;
+    for_each_causal_block(T, [&](int64_t i0, int64_t n) {
+      gemm_f32(false, false, n, hd, i0 + n, 1.0f, P + i0 * T, T, in.v, in.ld, 0.0f, o + i0 * ldo, ldo);
+    });
+    if (!f32_out)
+      for (int64_t t = 0; t < T; ++t) to_f16(o + t * hd, out_ref.u16() + (b * T + t) * D + h * hd, hd);
   });
 }
 
@@ -124,26 +145,39 @@ void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRe
       uint16_t* dq = dqkv_ref.bf16() + b * T * 3 * D + h * hd;
       uint16_t* dS = reinterpret_cast<uint16_t*>(dP + T * T);
       float* p_row = slices;
-      gemm_bf16(false, true, T, T, hd, 1.0f, dO, D, q + 2 * D, 3 * D, 0.0f, dP, T);          // dP = dO·vᵀ
-      gemm_bf16_bias(true, false, T, hd, T, P, T, dO, D, nullptr, dq + 2 * D, true, 3 * D);  // dv = Pᵀ·dO
+      for_each_causal_block(T, [&](int64_t i0, int64_t n) {  // dP = dO·vᵀ; dv = Pᵀ·dO
+        gemm_bf16(false, true, n, i0 + n, hd, 1.0f, dO + i0 * D, D, q + 2 * D, 3 * D, 0.0f, dP + i0 * T, T);
+        gemm_bf16_bias(true, false, n, hd, T - i0, P + i0 * T + i0, T, dO + i0 * D, D, nullptr,
+                       dq + 2 * D + i0 * 3 * D, true, 3 * D);
+      });
       for (int64_t i = 0; i < T; ++i) {  // dS/√hd, rounded once for the two products
         from_bf16(P + i * T, p_row, i + 1);
         softmax_backward_row(p_row, dP + i * T, i, T, scale);
         to_bf16(dP + i * T, dS + i * T, T);
       }
-      gemm_bf16_bias(false, false, T, hd, T, dS, T, q + D, 3 * D, nullptr, dq, true, 3 * D);  // dq = dS·k/√hd
-      gemm_bf16_bias(true, false, T, hd, T, dS, T, q, 3 * D, nullptr, dq + D, true, 3 * D);   // dk = dSᵀ·q/√hd
+      for_each_causal_block(T, [&](int64_t i0, int64_t n) {  // dq = dS·k/√hd; dk = dSᵀ·q/√hd
+        gemm_bf16_bias(false, false, n, hd, i0 + n, dS + i0 * T, T, q + D, 3 * D, nullptr, dq + i0 * 3 * D, true,
+                       3 * D);
+        gemm_bf16_bias(true, false, n, hd, T - i0, dS + i0 * T + i0, T, q + i0 * 3 * D, 3 * D, nullptr,
+                       dq + D + i0 * 3 * D, true, 3 * D);
+      });
       return;
     }
     const HeadInputs in = head_inputs(qkv_ref, b, h, T, D, hd, slices);
     const float* P = probs_ref.f32() + bh * T * T;
     const float* dO = dout_ref.f32() + b * T * D + h * hd;
     float* dq = dqkv_ref.f32() + b * T * 3 * D + h * hd;
-    gemm_f32(false, true, T, T, hd, 1.0f, dO, D, in.v, in.ld, 0.0f, dP, T);       // dP = dO·vᵀ
-    gemm_f32(true, false, T, hd, T, 1.0f, P, T, dO, D, 0.0f, dq + 2 * D, 3 * D);  // dv = Pᵀ·dO
+    for_each_causal_block(T, [&](int64_t i0, int64_t n) {  // dP = dO·vᵀ; dv = Pᵀ·dO
+      gemm_f32(false, true, n, i0 + n, hd, 1.0f, dO + i0 * D, D, in.v, in.ld, 0.0f, dP + i0 * T, T);
+      gemm_f32(true, false, n, hd, T - i0, 1.0f, P + i0 * T + i0, T, dO + i0 * D, D, 0.0f, dq + 2 * D + i0 * 3 * D,
+               3 * D);
+    });
     for (int64_t i = 0; i < T; ++i) softmax_backward_row(P + i * T, dP + i * T, i, T, 1.0f);
-    gemm_f32(false, false, T, hd, T, scale, dP, T, in.k, in.ld, 0.0f, dq, 3 * D);     // dq = dS·k/√hd
-    gemm_f32(true, false, T, hd, T, scale, dP, T, in.q, in.ld, 0.0f, dq + D, 3 * D);  // dk = dSᵀ·q/√hd
+    for_each_causal_block(T, [&](int64_t i0, int64_t n) {  // dq = dS·k/√hd; dk = dSᵀ·q/√hd
+      gemm_f32(false, false, n, hd, i0 + n, scale, dP + i0 * T, T, in.k, in.ld, 0.0f, dq + i0 * 3 * D, 3 * D);
+      gemm_f32(true, false, n, hd, T - i0, scale, dP + i0 * T + i0, T, in.q + i0 * in.ld, in.ld, 0.0f,
+               dq + D + i0 * 3 * D, 3 * D);
+    });
   });
 }
 
