@@ -685,19 +685,16 @@ std::string plan_text(const Plan& p) {
   return o.str();
 }
 
-}  // namespace ctrl::plan
-
-namespace ctrl::plan {
-
 std::string bf16_slower_advice(double bf16_gflops, double fp32_gflops, bool native_bf16, double bf16_seconds) {
   if (!(fp32_gflops >= kFp32WorthSwitching * bf16_gflops)) return "";
   const double factor = fp32_gflops / bf16_gflops;
   char line[400];
-  int n = std::snprintf(line, sizeof line, "bf16 products measured %.1f GFLOP/s on this CPU against fp32's %.1f (%s)",
-                        bf16_gflops, fp32_gflops,
-                        native_bf16 ? "native bf16, yet slower" : "emulated: no AVX512-BF16 or AMX");
+  const int n = std::snprintf(line, sizeof line,
+                              "bf16 products measured %.1f GFLOP/s on this CPU against fp32's %.1f (%s)", bf16_gflops,
+                              fp32_gflops, native_bf16 ? "native bf16, yet slower" : "emulated: no AVX512-BF16 or AMX");
   if (bf16_seconds > 0)
-    std::snprintf(line + n, sizeof line - size_t(n), ": in fp32 this run would take about %s instead of %s (%.1fx sooner; --precision fp32)",
+    std::snprintf(line + n, sizeof line - size_t(n),
+                  ": in fp32 this run would take about %s instead of %s (%.1fx sooner; --precision fp32)",
                   Progress::format_duration(bf16_seconds / factor).c_str(),
                   Progress::format_duration(bf16_seconds).c_str(), factor);
   else

@@ -147,8 +147,8 @@ void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRe
       float* p_row = slices;
       for_each_causal_block(T, [&](int64_t i0, int64_t n) {  // dP = dO·vᵀ; dv = Pᵀ·dO
         gemm_bf16(false, true, n, i0 + n, hd, 1.0f, dO + i0 * D, D, q + 2 * D, 3 * D, 0.0f, dP + i0 * T, T);
-        gemm_bf16_bias(true, false, n, hd, T - i0, P + i0 * T + i0, T, dO + i0 * D, D, nullptr,
-                       dq + 2 * D + i0 * 3 * D, true, 3 * D);
+        gemm_bf16_bias(true, false, n, hd, T - i0, P + i0 * T + i0, T, dO + i0 * D, D, nullptr, dq + 2 * D + i0 * 3 * D,
+                       true, 3 * D);
       });
       for (int64_t i = 0; i < T; ++i) {  // dS/√hd, rounded once for the two products
         from_bf16(P + i * T, p_row, i + 1);
