@@ -193,6 +193,15 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin10Percent) {
     plan::Request r = cpu_request(c, 24);
     r.micro_batch = c.train.micro_batch;
     EXPECT_EQ(double(plan::make_plan(r).memory.total()), predicted) << precision;
+    // bf16 also times an fp32 product and advises fp32 exactly when the shared rule says so.
+    if (std::string(precision) == "bf16") {
+      const double bf16_peak = j.at("gemm_peak_gflops").get<double>(),
+                   fp32_peak = j.at("fp32_gemm_peak_gflops").get<double>();
+      EXPECT_GT(fp32_peak, 0);
+      EXPECT_EQ(j.contains("precision_advice"), fp32_peak >= plan::kFp32WorthSwitching * bf16_peak) << out;
+    } else {
+      EXPECT_FALSE(j.contains("fp32_gemm_peak_gflops"));
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include "cli/command.h"
 #include "core/sysinfo.h"
 #include "model/model.h"
+#include "plan/plan.h"
 #include "ops/profiled_ops.h"
 #include "train/batches.h"
 #include "train/optimizer.h"
@@ -22,7 +23,8 @@ const char* kUsage =
     "synthetic tokens, after --warmup untimed steps (default 2; --steps default 10), and prints\n"
     "it/s, tokens/s, achieved FLOP/s and its share of this machine's measured GEMM peak (of the\n"
     "precision, --set train.precision=bf16 for mixed precision),\n"
-    "peak memory (and on a GPU its peak device memory), and the CPU and thread count. --profile adds the time spent in each op.\n";
+    "peak memory (and on a GPU its peak device memory), and the CPU and thread count. --profile adds the time spent in each op.\n"
+    "bf16 on a CPU also times an fp32 product and advises fp32 where it is at least 1.15x faster.\n";
 
 int run(const std::vector<std::string>& argv) {
   Args args("bench", kUsage);
@@ -103,6 +105,13 @@ int run(const std::vector<std::string>& argv) {
   j["precision"] = config.train.precision;
   const std::string note = ops->precision_note(activation_dtype(config.train.precision));
   if (!note.empty()) j["precision_note"] = note;
+  std::string advice;  // bf16 on a CPU can be slower than fp32, native or emulated: measured, as ctrl train does
+  if (bf16 && ops->gpu() < 0) {
+    const double fp32_peak = ops->measure_peak_gflops(false, 1.0);
+    j["fp32_gemm_peak_gflops"] = fp32_peak;
+    advice = plan::bf16_slower_advice(peak / 1e9, fp32_peak, note.empty());
+    if (!advice.empty()) j["precision_advice"] = advice;
+  }
   if (args.has("json")) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -122,6 +131,7 @@ int run(const std::vector<std::string>& argv) {
     std::printf("  peak memory %.0f MiB\n", double(peak_rss) / (1 << 20));
     if (peak_device > 0) std::printf("  peak device memory %.0f MiB\n", double(peak_device) / (1 << 20));
     if (!note.empty()) std::printf("  note: %s\n", note.c_str());
+    if (!advice.empty()) std::printf("  advice: %s\n", advice.c_str());
   }
   if (args.has("profile"))
     std::printf("\ntime per op over all %lld steps:\n%s", static_cast<long long>(warmup + steps),
