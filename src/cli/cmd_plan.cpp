@@ -90,7 +90,9 @@ int run(const std::vector<std::string>& argv) {
     const std::string note = cpu->precision_note(activation_dtype(r.config.train.precision));
     if (!note.empty()) p.notes.push_back(note);
     if (r.config.train.precision == "bf16" && p.hours_no_overlap > 0) {
-      const double bf16 = cpu->measure_peak_gflops(true, 0.3), fp32 = cpu->measure_peak_gflops(false, 0.3);
+      // The plan's own bf16 peak when it measured one (not calibrated from a file).
+      const double bf16 = r.cpu_peak_gflops > 0 ? r.cpu_peak_gflops : cpu->measure_peak_gflops(true, 0.3);
+      const double fp32 = cpu->measure_peak_gflops(false, 0.3);
       const std::string advice = plan::bf16_slower_advice(bf16, fp32, note.empty(), p.hours_no_overlap * 3600);
       if (!advice.empty()) p.notes.push_back(advice);
     }
