@@ -99,6 +99,38 @@ TEST(Bf16Ops, LinearBackwardWithBf16GradientsMatchesFp32) {
     }
 }
 
+// The widened bf16 products (train.cpu_bf16=widened) must round what the
+// bf16 kernels round: an fp32 dout that bf16 cannot hold exactly goes into the
+// products as its bf16 rounding on both paths, so dx and dw agree to fp32
+// accumulation order (unrounded, they would differ by bf16's 2^-9).
+TEST(Bf16Ops, WidenedLinearBackwardRoundsAnFp32GradientAsTheBf16KernelsDo) {
+  auto ops = test_support::make_cpu_reference();
+  const int64_t N = 300, Dout = 48, Din = 40;  // dout above the size whose conversion is split over threads
+  const auto x = rounded(size_t(N * Din), 4), w = rounded(size_t(Dout * Din), 5, 0.2);
+  std::vector<float> dy(size_t(N * Dout));
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = float(random_normal(9, 3, i));
+  const TensorRef x16(const_cast<uint16_t*>(x.bf16.data()), DType::BF16),
+      w16(const_cast<uint16_t*>(w.bf16.data()), DType::BF16);
+  const bool saved = cpu::bf16_widened();
+  std::vector<float> dx[2], dw[2], db[2];
+  std::vector<uint16_t> dx16[2];
+  for (int widened : {0, 1}) {
+    cpu::set_bf16_widened(widened);
+    dx[widened].assign(size_t(N * Din), 0.75f), dw[widened].assign(size_t(Dout * Din), 0.5f);
+    db[widened].assign(size_t(Dout), 0.25f), dx16[widened].assign(size_t(N * Din), 0);
+    ops->linear_backward(TensorRef(dx[widened].data()), dw[widened].data(), db[widened].data(), dy.data(), x16, w16, N,
+                         Dout, Din, true);
+    std::vector<float> unused_dw(size_t(Dout * Din));
+    ops->linear_backward(TensorRef(dx16[widened].data(), DType::BF16), unused_dw.data(), nullptr, dy.data(), x16, w16,
+                         N, Dout, Din, false);
+  }
+  cpu::set_bf16_widened(saved);
+  EXPECT_LT(relative_error(dx[1], dx[0]), 1e-5);
+  EXPECT_LT(relative_error(dw[1], dw[0]), 1e-5);
+  EXPECT_EQ(db[1], db[0]);
+  EXPECT_LT(relative_error(widen(dx16[1]), widen(dx16[0])), 1e-2);
+}
+
 TEST(Bf16Ops, ReluBackwardOnBf16Gradient) {
   auto ops = test_support::make_cpu_reference();
   const auto y = rounded(1000, 7), g = rounded(1000, 8);
@@ -110,9 +142,39 @@ TEST(Bf16Ops, ReluBackwardOnBf16Gradient) {
 
 // The backend says when a precision is not native: fp16 always on the CPU
 // (no fp16 products), bf16 exactly when oneDNN finds no AVX512-BF16 or AMX.
+// Widened bf16 products need no note (they run at fp32's speed less the conversions).
 TEST(Bf16Ops, PrecisionNoteSaysWhenProductsAreNotNative) {
   auto ops = test_support::make_cpu_reference();
+  const bool saved = cpu::bf16_widened();
+  cpu::set_bf16_widened(false);
   EXPECT_EQ(ops->precision_note(DType::F32), "");
   EXPECT_NE(ops->precision_note(DType::F16).find("widened to fp32"), std::string::npos);
   EXPECT_EQ(ops->precision_note(DType::BF16).empty(), cpu::cpu_has_native_bf16());
+  EXPECT_EQ(ops->bf16_path(), cpu::cpu_has_native_bf16() ? "native" : "emulated");
+  cpu::set_bf16_widened(true);
+  EXPECT_EQ(ops->precision_note(DType::BF16), "");
+  EXPECT_EQ(ops->bf16_path(), "widened");
+  cpu::set_bf16_widened(saved);
+}
+
+// train.cpu_bf16: native and widened are taken as given; auto measures both
+// paths once per process and then repeats its answer without measuring.
+TEST(Bf16Ops, ChoosingTheBf16PathMeasuresOncePerProcess) {
+  auto ops = test_support::make_cpu_reference();
+  const bool saved = cpu::bf16_widened();
+  Ops::Bf16Choice c = ops->choose_bf16_products("widened", 0);
+  EXPECT_TRUE(c.widened && cpu::bf16_widened());
+  EXPECT_EQ(c.native_gflops, 0);
+  c = ops->choose_bf16_products("native", 0);
+  EXPECT_FALSE(c.widened || cpu::bf16_widened());
+  const Ops::Bf16Choice first = ops->choose_bf16_products("auto", 0.01),
+                        second = ops->choose_bf16_products("auto", 0.01);
+  EXPECT_EQ(first.widened, second.widened);
+  EXPECT_EQ(cpu::bf16_widened(), first.widened);
+  EXPECT_EQ(second.native_gflops, 0);  // the repeat measured nothing
+  if (first.native_gflops > 0) {       // the first auto of this process measured both
+    EXPECT_GT(first.widened_gflops, 0);
+    EXPECT_EQ(first.widened, first.widened_gflops >= Ops::kWidenedWorthIt * first.native_gflops);
+  }
+  cpu::set_bf16_widened(saved);
 }

@@ -1,13 +1,16 @@
 // Tests of the CPU GEMM layer (src/ops/cpu/gemm.h) against the double-
 // accumulating references: every transpose combination, odd sizes, alpha and
 // beta, padded leading dimensions, determinism, and calls from inside an
-// OpenMP parallel region. Shape letters: C is M x N, reduced over K.
+// OpenMP parallel region; the bf16 ones on both of its paths (oneDNN's bf16
+// kernels and the widened fp32 products). Shape letters: C is M x N, reduced
+// over K.
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "ops/cpu/gemm.h"
@@ -49,6 +52,20 @@ std::vector<uint16_t> abs_of(const std::vector<uint16_t>& v) {
   std::vector<uint16_t> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = v[i] & 0x7fff;
   return out;
+}
+
+// Runs `body` once per bf16 path, naming the path in failures, and restores
+// the process-wide default.
+template <typename Body>
+void on_both_bf16_paths(Body body) {
+  const bool saved = bf16_widened();
+  for (bool widened : {false, true}) {
+    SCOPED_TRACE(widened ? "bf16 widened to fp32" : "bf16 through oneDNN's kernels");
+    set_bf16_widened(widened);
+    body();
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  set_bf16_widened(saved);
 }
 
 struct Case {
@@ -126,57 +143,63 @@ TEST(Gemm, F32MatchesReferenceAllTransposesOddSizes) {
 }
 
 TEST(Gemm, Bf16MatchesReferenceOnRoundedInputs) {
-  for (const auto& c : all_cases()) {
-    check_case<uint16_t>(c, true);
-    if (::testing::Test::HasFatalFailure()) return;
-  }
+  on_both_bf16_paths([] {
+    for (const auto& c : all_cases()) {
+      check_case<uint16_t>(c, true);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  });
 }
 
 TEST(Gemm, TrainingShapesMatchReference) {
   // The transposes the engine uses, at a size where the library blocks and threads.
-  for (bool bf16 : {false, true}) {
-    check_case<float>({false, true, 130, 96, 384, 1.f, 0.f, 0}, false);   // y = x·Wᵀ
-    check_case<float>({false, false, 130, 384, 96, 1.f, 0.f, 0}, false);  // dx = dy·W
-    check_case<float>({true, false, 96, 384, 130, 1.f, 1.f, 0}, false);   // dW += dyᵀ·x
-    if (bf16) {
-      check_case<uint16_t>({false, true, 130, 96, 384, 1.f, 0.f, 0}, true);
-      check_case<uint16_t>({true, false, 96, 384, 130, 1.f, 1.f, 5}, true);
-    }
-  }
+  check_case<float>({false, true, 130, 96, 384, 1.f, 0.f, 0}, false);   // y = x·Wᵀ
+  check_case<float>({false, false, 130, 384, 96, 1.f, 0.f, 0}, false);  // dx = dy·W
+  check_case<float>({true, false, 96, 384, 130, 1.f, 1.f, 0}, false);   // dW += dyᵀ·x
+  on_both_bf16_paths([] {
+    check_case<uint16_t>({false, true, 130, 96, 384, 1.f, 0.f, 0}, true);
+    check_case<uint16_t>({false, false, 130, 384, 96, 1.f, 0.f, 3}, true);
+    check_case<uint16_t>({true, false, 96, 384, 130, 1.f, 1.f, 5}, true);
+    // Operands above the size whose widening is split over the threads.
+    check_case<uint16_t>({false, true, 300, 260, 384, 1.f, 0.f, 1}, true);
+  });
 }
 
 // The fused bias and bf16 output: C = op(A)·op(B) + bias, stored as fp32 or
 // rounded once to bf16, against the reference plus the bias.
 TEST(Gemm, Bf16WithBiasAndBf16OutputMatchesReference) {
-  const int64_t M = 70, N = 45, K = 33;
-  for (bool tb : {false, true})
-    for (bool with_bias : {false, true})
-      for (bool c_bf16 : {false, true}) {
-        const auto a = to_bf16(random_floats(M * K, 21)), b = to_bf16(random_floats(K * N, 22));
-        const auto bias = random_floats(N, 23);
-        std::vector<float> want(M * N), bound(M * N);
-        gemm_bf16_reference(false, tb, M, N, K, 1.f, a.data(), K, b.data(), tb ? K : N, 0.f, want.data(), N);
-        const auto aa = abs_of(a), ab = abs_of(b);
-        gemm_bf16_reference(false, tb, M, N, K, 1.f, aa.data(), K, ab.data(), tb ? K : N, 0.f, bound.data(), N);
-        std::vector<float> got32(M * N, std::numeric_limits<float>::quiet_NaN());
-        std::vector<uint16_t> got16(M * N, 0xffff);
-        void* out = c_bf16 ? static_cast<void*>(got16.data()) : static_cast<void*>(got32.data());
-        gemm_bf16_bias(false, tb, M, N, K, a.data(), K, b.data(), tb ? K : N, with_bias ? bias.data() : nullptr, out,
-                       c_bf16, N);
-        for (int64_t i = 0; i < M * N; ++i) {
-          const float expected = want[i] + (with_bias ? bias[i % N] : 0.f);
-          float got = got32[i];
-          if (c_bf16) {
-            const uint32_t u = uint32_t(got16[i]) << 16;
-            std::memcpy(&got, &u, 4);
+  on_both_bf16_paths([] {
+    // The second size is above the widened path's threshold for splitting C's rows over the threads.
+    for (const auto& [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{70, 45, 33}, {300, 260, 17}})
+      for (bool tb : {false, true})
+        for (bool with_bias : {false, true})
+          for (bool c_bf16 : {false, true}) {
+            const auto a = to_bf16(random_floats(M * K, 21)), b = to_bf16(random_floats(K * N, 22));
+            const auto bias = random_floats(N, 23);
+            std::vector<float> want(M * N), bound(M * N);
+            gemm_bf16_reference(false, tb, M, N, K, 1.f, a.data(), K, b.data(), tb ? K : N, 0.f, want.data(), N);
+            const auto aa = abs_of(a), ab = abs_of(b);
+            gemm_bf16_reference(false, tb, M, N, K, 1.f, aa.data(), K, ab.data(), tb ? K : N, 0.f, bound.data(), N);
+            std::vector<float> got32(M * N, std::numeric_limits<float>::quiet_NaN());
+            std::vector<uint16_t> got16(M * N, 0xffff);
+            void* out = c_bf16 ? static_cast<void*>(got16.data()) : static_cast<void*>(got32.data());
+            gemm_bf16_bias(false, tb, M, N, K, a.data(), K, b.data(), tb ? K : N, with_bias ? bias.data() : nullptr,
+                           out, c_bf16, N);
+            for (int64_t i = 0; i < M * N; ++i) {
+              const float expected = want[i] + (with_bias ? bias[i % N] : 0.f);
+              float got = got32[i];
+              if (c_bf16) {
+                const uint32_t u = uint32_t(got16[i]) << 16;
+                std::memcpy(&got, &u, 4);
+              }
+              // fp32 accumulation error, plus half a bf16 ulp when the output is rounded.
+              const float tol = 2.f * (K + 2) * std::numeric_limits<float>::epsilon() * (bound[i] + 1.f) +
+                                (c_bf16 ? std::fabs(expected) / 256.f : 0.f) + 1e-30f;
+              ASSERT_NEAR(got, expected, tol)
+                  << "M=" << M << " tb=" << tb << " bias=" << with_bias << " bf16 out=" << c_bf16 << " at " << i;
+            }
           }
-          // fp32 accumulation error, plus half a bf16 ulp when the output is rounded.
-          const float tol = 2.f * (K + 2) * std::numeric_limits<float>::epsilon() * (bound[i] + 1.f) +
-                            (c_bf16 ? std::fabs(expected) / 256.f : 0.f) + 1e-30f;
-          ASSERT_NEAR(got, expected, tol)
-              << "tb=" << tb << " bias=" << with_bias << " bf16 out=" << c_bf16 << " at " << i;
-        }
-      }
+  });
 }
 
 TEST(Gemm, BetaZeroOverwritesNaN) {
@@ -186,10 +209,12 @@ TEST(Gemm, BetaZeroOverwritesNaN) {
   gemm_f32(false, false, M, N, K, 1.f, a.data(), K, b.data(), N, 0.f, c.data(), N);
   gemm_f32_reference(false, false, M, N, K, 1.f, a.data(), K, b.data(), N, 0.f, want.data(), N);
   for (int64_t i = 0; i < M * N; ++i) ASSERT_NEAR(c[i], want[i], 1e-5f) << i;
-  std::vector<float> c16(M * N, std::numeric_limits<float>::quiet_NaN());
-  const auto a16 = to_bf16(a), b16 = to_bf16(b);
-  gemm_bf16(false, false, M, N, K, 1.f, a16.data(), K, b16.data(), N, 0.f, c16.data(), N);
-  for (int64_t i = 0; i < M * N; ++i) ASSERT_FALSE(std::isnan(c16[i])) << i;
+  on_both_bf16_paths([&] {
+    std::vector<float> c16(M * N, std::numeric_limits<float>::quiet_NaN());
+    const auto a16 = to_bf16(a), b16 = to_bf16(b);
+    gemm_bf16(false, false, M, N, K, 1.f, a16.data(), K, b16.data(), N, 0.f, c16.data(), N);
+    for (int64_t i = 0; i < M * N; ++i) ASSERT_FALSE(std::isnan(c16[i])) << i;
+  });
 }
 
 TEST(Gemm, EmptyDimensions) {
@@ -215,7 +240,9 @@ TEST(Gemm, DeterministicForFixedThreadCount) {
     const int64_t rb = s.tb ? s.N : s.K, cb = s.tb ? s.K : s.N;
     const auto a = random_floats(ra * ca, 3), b = random_floats(rb * cb, 4);
     const auto a16 = to_bf16(a), b16 = to_bf16(b);
-    for (bool bf16 : {false, true}) {
+    for (int path : {0, 1, 2}) {  // fp32, bf16 through oneDNN's kernels, bf16 widened
+      const bool bf16 = path > 0;
+      set_bf16_widened(path == 2);
       std::vector<float> c1(s.M * s.N, 0.25f), c2 = c1;
       for (auto* c : {&c1, &c2}) {
         if (bf16)
@@ -223,8 +250,12 @@ TEST(Gemm, DeterministicForFixedThreadCount) {
         else
           gemm_f32(s.ta, s.tb, s.M, s.N, s.K, 1.f, a.data(), ca, b.data(), cb, 1.f, c->data(), s.N);
       }
+      set_bf16_widened(false);
       ASSERT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)))
-          << (bf16 ? "bf16" : "f32") << " M=" << s.M << " N=" << s.N << " K=" << s.K;
+          << (path == 0   ? "f32"
+              : path == 1 ? "bf16"
+                          : "bf16 widened")
+          << " M=" << s.M << " N=" << s.N << " K=" << s.K;
     }
   }
 }
@@ -251,17 +282,19 @@ TEST(Gemm, InsideParallelRegionMatchesOutside) {
     gemm_f32(false, true, T, shape_n(h), hd, 0.25f, q[h].data(), hd, k[h].data(), hd, 0.f, c.data(), shape_n(h));
     gemm_bf16(false, true, T, shape_n(h), hd, 0.25f, q16[h].data(), hd, k16[h].data(), hd, 0.f, c16.data(), shape_n(h));
   };
-  for (int h = 0; h < heads; ++h) head(h, outside[h], outside16[h]);
+  on_both_bf16_paths([&] {
+    for (int h = 0; h < heads; ++h) head(h, outside[h], outside16[h]);
 #pragma omp parallel for schedule(dynamic) num_threads(2)
-  for (int h = 0; h < heads; ++h) head(h, inside[h], inside16[h]);
-  for (int h = 0; h < heads; ++h) {
-    ASSERT_EQ(inside[h], outside[h]) << "f32 head " << h;
-    ASSERT_EQ(inside16[h], outside16[h]) << "bf16 head " << h;
-    std::vector<float> want(T * shape_n(h));
-    gemm_f32_reference(false, true, T, shape_n(h), hd, 0.25f, q[h].data(), hd, k[h].data(), hd, 0.f, want.data(),
-                       shape_n(h));
-    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(inside[h][i], want[i], 1e-5f) << h << " " << i;
-  }
+    for (int h = 0; h < heads; ++h) head(h, inside[h], inside16[h]);
+    for (int h = 0; h < heads; ++h) {
+      ASSERT_EQ(inside[h], outside[h]) << "f32 head " << h;
+      ASSERT_EQ(inside16[h], outside16[h]) << "bf16 head " << h;
+      std::vector<float> want(T * shape_n(h));
+      gemm_f32_reference(false, true, T, shape_n(h), hd, 0.25f, q[h].data(), hd, k[h].data(), hd, 0.f, want.data(),
+                         shape_n(h));
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(inside[h][i], want[i], 1e-5f) << h << " " << i;
+    }
+  });
 }
 
 TEST(Gemm, PeakMeasurementIsPositive) {

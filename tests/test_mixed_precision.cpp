@@ -156,6 +156,44 @@ TEST(MixedPrecision, ResumesInBf16AndSwitchesPrecisionOnResume) {
   EXPECT_TRUE(std::isfinite(switched.step_losses().back()));
 }
 
+// bf16 on a CPU runs its products on one of two paths (train.cpu_bf16) that
+// round differently. A run records the path it took in config.json and its
+// checkpoints, and --resume under auto keeps it: the resumed run reproduces
+// the uninterrupted one for either recorded path, whichever this process's
+// auto would pick.
+TEST(MixedPrecision, ResumeUnderAutoKeepsTheRecordedBf16Path) {
+  const std::string data = learnable_corpus();
+  Config probe = tiny_config(data, "bf16");
+  probe.train.steps = 1;
+  const std::string probe_dir = fresh_dir("bf16_auto");
+  Trainer(probe, TrainerOptions{probe_dir, false, true}).run();
+  const std::string recorded = read_file(probe_dir + "/config.json");
+  EXPECT_TRUE(recorded.find("\"train.cpu_bf16\": \"native\"") != std::string::npos ||
+              recorded.find("\"train.cpu_bf16\": \"widened\"") != std::string::npos)
+      << recorded;
+  for (const char* path : {"native", "widened"}) {
+    Config c = tiny_config(data, "bf16");
+    c.train.steps = 6;
+    c.train.checkpoint_every = 3;
+    c.train.cpu_bf16 = path;
+    Trainer full(c, TrainerOptions{fresh_dir(std::string("whole_") + path), false, true});
+    full.run();
+    Config first = c;
+    first.train.steps = 3;
+    const std::string parts = fresh_dir(std::string("parts_") + path);
+    Trainer(first, TrainerOptions{parts, false, true}).run();
+    EXPECT_NE(read_file(parts + "/config.json").find(std::string("\"train.cpu_bf16\": \"") + path + "\""),
+              std::string::npos);
+    Config rest_config = c;
+    rest_config.train.cpu_bf16 = "auto";
+    Trainer rest(rest_config, TrainerOptions{parts, true, true});
+    rest.run();
+    const std::vector<double> tail(full.step_losses().begin() + 3, full.step_losses().end());
+    EXPECT_EQ(rest.step_losses(), tail) << path;
+    EXPECT_TRUE(rest.model().params.to_host() == full.model().params.to_host()) << path;
+  }
+}
+
 TEST(MixedPrecision, LossScalerSkipsBacksOffAndGrowsAsGradScalerDoes) {
   LossScaler s(65536, 3);
   EXPECT_FALSE(s.update(false));  // overflow: skip, halve

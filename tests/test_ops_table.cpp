@@ -13,6 +13,7 @@
 // bounds are what a GPU backend (other summation orders, fused kernels) must meet.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -22,6 +23,7 @@
 
 #include "core/rng.h"
 #include "core/safetensors.h"
+#include "ops/cpu/gemm.h"
 #include "ops/ops.h"
 #include "test_support.h"
 
@@ -415,6 +417,35 @@ TEST_P(OpTable, RepeatedRunsAreBitIdentical) {
                         (std::isnan(a.outputs[k][i]) && std::isnan(b.outputs[k][i])));
     EXPECT_TRUE(same) << GetParam() << ": " << c.name << " differs between two runs";
   }
+}
+
+// The CPU's two bf16 paths (ops/cpu/gemm.h: oneDNN's bf16 kernels, and the
+// operands widened to fp32): every case with a bf16 operand gives the same
+// results within the case's bound, and the widened path repeats its bits.
+TEST(OpTable, CpuBf16WidenedProductsMatchOneDnnsBf16Kernels) {
+  auto cpu = test_support::make_cpu_reference();
+  const bool saved = cpu::bf16_widened();
+  int compared = 0;
+  for (const Case& c : all_cases()) {
+    if (std::none_of(c.slots.begin(), c.slots.end(), [](const Slot& s) { return s.dtype == DType::BF16; })) continue;
+    cpu::set_bf16_widened(false);
+    const Result want = run_case(*cpu, c);
+    cpu::set_bf16_widened(true);
+    const Result got = run_case(*cpu, c), again = run_case(*cpu, c);
+    cpu::set_bf16_widened(saved);
+    double scale = std::max(1.0, std::abs(want.value)), err = std::abs(got.value - want.value);
+    bool same = true;
+    for (size_t k = 0; k < want.outputs.size(); ++k)
+      for (size_t i = 0; i < want.outputs[k].size(); ++i) {
+        scale = std::max(scale, std::abs(want.outputs[k][i]));
+        err = std::max(err, std::abs(got.outputs[k][i] - want.outputs[k][i]));
+        same = same && std::memcmp(&got.outputs[k][i], &again.outputs[k][i], sizeof(double)) == 0;
+      }
+    EXPECT_LE(err, c.bound * scale) << c.name << " (error " << err << ", scale " << scale << ")";
+    EXPECT_TRUE(same) << c.name << ": the widened path differs between two runs";
+    ++compared;
+  }
+  EXPECT_GT(compared, 20);
 }
 
 // The harness itself can fail: a backend that computes something else is caught.

@@ -507,16 +507,20 @@ TEST(Plan, BadFlagsGiveOneLineErrors) {
 // (bf16 142 GFLOP/s, fp32 254), an EPYC without AVX512-BF16 (emulated), and a
 // Zen 5 whose native bf16 ran 1.8x faster than fp32 (no advice there).
 TEST(Plan, Bf16AdviceFollowsTheMeasuredProductsNotTheIsa) {
-  const std::string native = plan::bf16_slower_advice(141.7, 253.9, true);
+  const std::string native = plan::bf16_slower_advice(141.7, 253.9, "native");
   EXPECT_NE(native.find("141.7 GFLOP/s"), std::string::npos) << native;
   EXPECT_NE(native.find("(native bf16, yet slower)"), std::string::npos) << native;
   EXPECT_NE(native.find("train.precision=fp32 runs the products 1.8x faster"), std::string::npos) << native;
-  const std::string emulated = plan::bf16_slower_advice(20, 70, false, 3 * 3600);
+  const std::string emulated = plan::bf16_slower_advice(20, 70, "emulated", 3 * 3600);
   EXPECT_NE(emulated.find("emulated"), std::string::npos) << emulated;
   EXPECT_NE(emulated.find("take about 51m"), std::string::npos) << emulated;
   EXPECT_NE(emulated.find("instead of 3h"), std::string::npos) << emulated;
   EXPECT_NE(emulated.find("3.5x sooner; --precision fp32"), std::string::npos) << emulated;
-  EXPECT_EQ(plan::bf16_slower_advice(120, 70, true), "");    // Zen 5: bf16 the faster
-  EXPECT_EQ(plan::bf16_slower_advice(65, 70, false), "");    // cheap emulation: under 1.15x
-  EXPECT_NE(plan::bf16_slower_advice(60, 70, false), "");    // 1.17x
+  EXPECT_EQ(plan::bf16_slower_advice(120, 70, "native"), "");   // Zen 5: bf16 the faster
+  EXPECT_EQ(plan::bf16_slower_advice(65, 70, "emulated"), "");  // cheap emulation: under 1.15x
+  EXPECT_NE(plan::bf16_slower_advice(60, 70, "emulated"), "");  // 1.17x
+  // Widened products on the Xeon (252.8 against fp32's 303.7): the conversions' cost, 1.2x.
+  const std::string widened = plan::bf16_slower_advice(252.8, 303.7, "widened");
+  EXPECT_NE(widened.find("(widened to fp32 products, plus the conversions)"), std::string::npos) << widened;
+  EXPECT_NE(widened.find("1.2x faster"), std::string::npos) << widened;
 }

@@ -47,6 +47,10 @@ int run(const std::vector<std::string>& argv) {
   const int64_t B = config.train.micro_batch, T = m.n_ctx;
   auto ops = make_ops(config.train.device, int(threads));
   if (args.has("profile")) ops = make_profiled_ops(std::move(ops));
+  const bool bf16 = config.train.precision == "bf16", cpu_bf16 = bf16 && ops->gpu() < 0;
+  // bf16 on a CPU: the products' path as `ctrl train` would choose it.
+  const Ops::Bf16Choice bf16_choice =
+      cpu_bf16 ? ops->choose_bf16_products(config.train.cpu_bf16, 0.2) : Ops::Bf16Choice{};
   Model model(m, *ops, B, activation_dtype(config.train.precision));
   model.init_weights();
   Optimizer optimizer(config.train, model.layout(), *ops);
@@ -75,7 +79,6 @@ int run(const std::vector<std::string>& argv) {
   // Model FLOPs (the MFU basis) and what the hardware ran, recomputation included.
   const double flops = train_flops_per_token(m) * tokens_per_s;
   const double hardware_flops = train_hardware_flops_per_token(m) * tokens_per_s;
-  const bool bf16 = config.train.precision == "bf16";
   const double peak = ops->measure_peak_gflops(bf16, 1.0) * 1e9;
   nlohmann::ordered_json j;
   j["config"] = config.preset;
@@ -106,10 +109,15 @@ int run(const std::vector<std::string>& argv) {
   const std::string note = ops->precision_note(activation_dtype(config.train.precision));
   if (!note.empty()) j["precision_note"] = note;
   std::string advice;  // bf16 on a CPU can be slower than fp32, native or emulated: measured, as ctrl train does
-  if (bf16 && ops->gpu() < 0) {
+  if (cpu_bf16) {
+    j["bf16_products"] = ops->bf16_path();
+    if (bf16_choice.native_gflops > 0) {
+      j["bf16_native_gflops"] = bf16_choice.native_gflops;
+      j["bf16_widened_gflops"] = bf16_choice.widened_gflops;
+    }
     const double fp32_peak = ops->measure_peak_gflops(false, 1.0);
     j["fp32_gemm_peak_gflops"] = fp32_peak;
-    advice = plan::bf16_slower_advice(peak / 1e9, fp32_peak, note.empty());
+    advice = plan::bf16_slower_advice(peak / 1e9, fp32_peak, ops->bf16_path());
     if (!advice.empty()) j["precision_advice"] = advice;
   }
   if (args.has("json")) {
@@ -130,6 +138,13 @@ int run(const std::vector<std::string>& argv) {
                 double(model.layout().total * sizeof(float)) / (1 << 20));
     std::printf("  peak memory %.0f MiB\n", double(peak_rss) / (1 << 20));
     if (peak_device > 0) std::printf("  peak device memory %.0f MiB\n", double(peak_device) / (1 << 20));
+    if (cpu_bf16) {
+      std::printf("  bf16 products: %s", ops->bf16_path().c_str());
+      if (bf16_choice.native_gflops > 0)
+        std::printf(" (auto: oneDNN's bf16 kernels %.1f GFLOP/s, widened to fp32 %.1f)", bf16_choice.native_gflops,
+                    bf16_choice.widened_gflops);
+      std::printf("\n");
+    }
     if (!note.empty()) std::printf("  note: %s\n", note.c_str());
     if (!advice.empty()) std::printf("  advice: %s\n", advice.c_str());
   }

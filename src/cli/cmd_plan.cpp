@@ -82,6 +82,7 @@ int run(const std::vector<std::string>& argv) {
     r.cpu_name = cpu_model();
     r.cpu_threads = cpu->threads();
     const bool calibrated = r.machine && r.machine->precision == r.config.train.precision;
+    if (r.config.train.precision == "bf16") cpu->choose_bf16_products(r.config.train.cpu_bf16, 0.2);
     if (!calibrated && r.config.train.precision != "fp16")
       r.cpu_peak_gflops = cpu->measure_peak_gflops(r.config.train.precision == "bf16", 0.5);
   }
@@ -93,7 +94,7 @@ int run(const std::vector<std::string>& argv) {
       // The plan's own bf16 peak when it measured one (not calibrated from a file).
       const double bf16 = r.cpu_peak_gflops > 0 ? r.cpu_peak_gflops : cpu->measure_peak_gflops(true, 0.3);
       const double fp32 = cpu->measure_peak_gflops(false, 0.3);
-      const std::string advice = plan::bf16_slower_advice(bf16, fp32, note.empty(), p.hours_no_overlap * 3600);
+      const std::string advice = plan::bf16_slower_advice(bf16, fp32, cpu->bf16_path(), p.hours_no_overlap * 3600);
       if (!advice.empty()) p.notes.push_back(advice);
     }
   }

@@ -107,6 +107,7 @@ const std::vector<Field>& fields() {
       INT_FIELD(train, eval_batches, 1, 1 << 20), INT_FIELD(train, log_every, 1, kBig),
       INT_FIELD(train, checkpoint_every, 0, kBig), INT_FIELD(train, keep_checkpoints, 1, 1 << 20),
       INT_FIELD(train, threads, 0, 1 << 16), STR_FIELD(train, device), INT_FIELD(train, seed, 0, kI63), STR_FIELD(train, precision),
+      STR_FIELD(train, cpu_bf16),
       REAL_FIELD(train, loss_scale, 0, 1e30, true, false), INT_FIELD(train, loss_scale_window, 1, kBig),
       STR_FIELD(train, teacher), REAL_FIELD(train, distill_alpha, 0, 1),
       REAL_FIELD(train, distill_temperature, 0, 1000, true, false),
@@ -273,6 +274,8 @@ void validate(const Config& c) {
        "model.recompute must be none, cheap or layers, got '" + m.recompute + "'");
   need(t.precision == "fp32" || t.precision == "bf16" || t.precision == "fp16",
        "train.precision must be fp32, bf16 or fp16, got '" + t.precision + "'");
+  need(t.cpu_bf16 == "auto" || t.cpu_bf16 == "native" || t.cpu_bf16 == "widened",
+       "train.cpu_bf16 must be auto, native or widened, got '" + t.cpu_bf16 + "'");
   need(t.loss_scale > 0 && t.loss_scale_window >= 1, "train.loss_scale must be positive and loss_scale_window at least 1");
 }
 

@@ -54,6 +54,9 @@ struct TrainConfig {
   std::string device = "cpu";    // backend: cpu | checked (ops/ops.h, make_ops)
   uint64_t seed = 1;             // data sampling and dropout
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision, fp32 master weights)
+  // bf16 on a CPU: auto | native | widened (Ops::choose_bf16_products). A run
+  // records what auto chose, and its resume keeps it.
+  std::string cpu_bf16 = "auto";
   double loss_scale = 65536;       // fp16: initial dynamic loss scale (2^16)
   int64_t loss_scale_window = 2000;  // fp16: clean steps before the scale doubles
   // Distillation (ctrl train --teacher): a trained checkpoint whose softened

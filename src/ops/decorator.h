@@ -20,6 +20,10 @@ class OpsDecorator : public Ops {
   std::string between_steps() override { return inner_->between_steps(); }
   std::string between_tokens() override { return inner_->between_tokens(); }
   std::string precision_note(DType low) const override { return inner_->precision_note(low); }
+  Bf16Choice choose_bf16_products(const std::string& setting, double seconds) override {
+    return inner_->choose_bf16_products(setting, seconds);
+  }
+  std::string bf16_path() const override { return inner_->bf16_path(); }
   void* allocate(size_t bytes, const char* name) override { return inner_->allocate(bytes, name); }
   void release(void* p) override { inner_->release(p); }
   void upload(void* dst, const void* host_src, size_t bytes) override {

@@ -135,6 +135,22 @@ class Ops {
   // orders its collectives after them by events instead of host fences (the
   // cuda backend's cudaStream_t); null for backends whose ops finish on return.
   virtual void* work_queue() const { return nullptr; }
+  // How a CPU backend runs bf16 products (train.cpu_bf16): "native" (oneDNN's
+  // bf16 kernels), "widened" (fp32 products of the bf16 values), or "auto":
+  // both measured for about `seconds` each, widened when it is at least
+  // kWidenedWorthIt times faster. auto measures once per process and then
+  // repeats that answer, so the runs of one process agree. Returns the path
+  // taken and what was measured (0: not measured this call). Other backends
+  // run bf16 natively and measure nothing.
+  struct Bf16Choice {
+    bool widened = false;
+    double native_gflops = 0, widened_gflops = 0;
+  };
+  static constexpr double kWidenedWorthIt = 1.1;
+  virtual Bf16Choice choose_bf16_products(const std::string& setting, double seconds) { return {}; }
+  // The bf16 products as they run now: "native", "emulated" (oneDNN's kernels
+  // on a CPU without AVX512-BF16 or AMX) or "widened".
+  virtual std::string bf16_path() const { return "native"; }
   // What a user should know about running products in `low` precision on this
   // backend's hardware (emulated, or no faster than fp32), or "" when it runs natively.
   virtual std::string precision_note(DType low) const = 0;

@@ -685,13 +685,17 @@ std::string plan_text(const Plan& p) {
   return o.str();
 }
 
-std::string bf16_slower_advice(double bf16_gflops, double fp32_gflops, bool native_bf16, double bf16_seconds) {
+std::string bf16_slower_advice(double bf16_gflops, double fp32_gflops, const std::string& bf16_path,
+                               double bf16_seconds) {
   if (!(fp32_gflops >= kFp32WorthSwitching * bf16_gflops)) return "";
   const double factor = fp32_gflops / bf16_gflops;
+  const char* how = bf16_path == "widened"    ? "widened to fp32 products, plus the conversions"
+                    : bf16_path == "emulated" ? "emulated: no AVX512-BF16 or AMX"
+                                              : "native bf16, yet slower";
   char line[400];
-  const int n = std::snprintf(line, sizeof line,
-                              "bf16 products measured %.1f GFLOP/s on this CPU against fp32's %.1f (%s)", bf16_gflops,
-                              fp32_gflops, native_bf16 ? "native bf16, yet slower" : "emulated: no AVX512-BF16 or AMX");
+  const int n =
+      std::snprintf(line, sizeof line, "bf16 products measured %.1f GFLOP/s on this CPU against fp32's %.1f (%s)",
+                    bf16_gflops, fp32_gflops, how);
   if (bf16_seconds > 0)
     std::snprintf(line + n, sizeof line - size_t(n),
                   ": in fp32 this run would take about %s instead of %s (%.1fx sooner; --precision fp32)",

@@ -199,7 +199,9 @@ struct Plan {
 // otherwise. `bf16_seconds` > 0 adds the planned time in both precisions
 // (compute-bound: time scales with the peak).
 constexpr double kFp32WorthSwitching = 1.15;
-std::string bf16_slower_advice(double bf16_gflops, double fp32_gflops, bool native_bf16, double bf16_seconds = 0);
+// bf16_path is Ops::bf16_path(): native, emulated or widened.
+std::string bf16_slower_advice(double bf16_gflops, double fp32_gflops, const std::string& bf16_path,
+                               double bf16_seconds = 0);
 
 // Validates the request (one-line ctrl::Error on nonsense) and plans.
 Plan make_plan(const Request& request);

@@ -128,6 +128,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   if (dataset_) comm_->check_identical("the corpus manifest", dataset_->manifest().sources_json +
                                                                   std::to_string(dataset_->manifest().tokenizer_crc32));
   build_engine(teacher.get());
+  choose_bf16_products(checkpoint.get());
   share_initial_state(checkpoint.get());
   if (writer()) {
     if (!checkpoint)
@@ -224,6 +225,25 @@ void Trainer::build_engine(const Checkpoint* teacher) {
   }
   sync_ = std::make_unique<GradientSync>(*model_, *ops_, *comm_, options_.zero);
   optimizer_ = std::make_unique<Optimizer>(t, model_->layout(), *ops_, sync_->shard_begin(), sync_->shard_size());
+}
+
+// bf16 on a CPU: how its products run (train.cpu_bf16). auto keeps what the
+// resumed run chose (its rounding), else rank 0 measures; every rank follows
+// rank 0, and config.json and the checkpoints record the path taken.
+void Trainer::choose_bf16_products(const Checkpoint* checkpoint) {
+  auto& t = config_.train;
+  if (t.precision != "bf16" || ops_->gpu() >= 0) return;
+  int64_t widened = 0;
+  if (writer()) {
+    std::string setting = t.cpu_bf16;
+    if (setting == "auto" && checkpoint && checkpoint->config().train.cpu_bf16 != "auto")
+      setting = checkpoint->config().train.cpu_bf16;
+    bf16_choice_ = ops_->choose_bf16_products(setting, 0.2);
+    widened = bf16_choice_.widened;
+  }
+  comm_->broadcast(&widened, sizeof widened, 0);
+  t.cpu_bf16 = widened ? "widened" : "native";
+  if (!writer()) bf16_choice_ = ops_->choose_bf16_products(t.cpu_bf16, 0);
 }
 
 // Rank 0 initializes or loads the weights, optimizer state and position;
@@ -438,8 +458,16 @@ void Trainer::print_start() {
   const std::string note = ops_->precision_note(activation_dtype(t.precision));
   if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
   if (t.precision == "bf16" && ops_->gpu() < 0) {  // bf16 can be slower than fp32 on a CPU, native or not
-    const double bf16 = ops_->measure_peak_gflops(true, 0.2), fp32 = ops_->measure_peak_gflops(false, 0.2);
-    const std::string advice = plan::bf16_slower_advice(bf16, fp32, note.empty());
+    const auto& c = bf16_choice_;
+    if (c.native_gflops > 0)
+      std::fprintf(stderr,
+                   "note: bf16 products %s: oneDNN's bf16 kernels measured %.1f GFLOP/s, fp32 products of the "
+                   "bf16 values %.1f (train.cpu_bf16=auto; native or widened pins it)\n",
+                   c.widened ? "widened to fp32" : "native", c.native_gflops, c.widened_gflops);
+    double bf16 = c.widened ? c.widened_gflops : c.native_gflops;
+    if (bf16 <= 0) bf16 = ops_->measure_peak_gflops(true, 0.2);
+    const double fp32 = ops_->measure_peak_gflops(false, 0.2);
+    const std::string advice = plan::bf16_slower_advice(bf16, fp32, ops_->bf16_path());
     if (!advice.empty()) std::fprintf(stderr, "warning: %s\n", advice.c_str());
   }
 }

@@ -56,6 +56,7 @@ class Trainer {
   std::unique_ptr<Checkpoint> checkpoint_to_resume();
   void open_data(const Checkpoint* checkpoint);
   void build_engine(const Checkpoint* teacher);
+  void choose_bf16_products(const Checkpoint* checkpoint);
   void share_initial_state(const Checkpoint* checkpoint);
 
   void print_start();
@@ -75,6 +76,7 @@ class Trainer {
   std::unique_ptr<Communicator> device_comm_;  // NCCL over the host communicator, for a GPU backend
   // The backend: declared before every buffer it allocated, so it outlives them.
   std::unique_ptr<Ops> ops_;
+  Ops::Bf16Choice bf16_choice_;     // bf16 on a CPU: the products' path and what chose it
   DeviceArray<double> scalars_;     // per step: Σ loss, Σ KL, Σ g² (read by the host once per step)
   DeviceArray<float> grad_factor_;  // unscale × clip factor, applied by the optimizer update
   std::unique_ptr<Model> model_;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/vec_math.h"
@@ -106,10 +107,27 @@ void load_as_f32(TensorRef in, float* out, size_t n) {
 
 const float* CpuOps::widened(TensorRef t, size_t n, int slot) {
   if (t.dtype == DType::F32) return t.f32();
+  float* out = widened_scratch(n, slot);
+  load_as_f32(t, out, n);
+  return out;
+}
+
+float* CpuOps::widened_scratch(size_t n, int slot) {
   auto& buffer = widened_[slot];
   if (buffer.size() < n) buffer.resize(n);
-  load_as_f32(t, buffer.data(), n);
   return buffer.data();
+}
+
+const float* CpuOps::rounded_through_bf16(const float* x, size_t n, int slot) {
+  float* out = widened_scratch(n, slot);
+#pragma omp parallel for schedule(static)
+  for (size_t i0 = 0; i0 < n; i0 += 4096) {
+    const int64_t len = int64_t(std::min<size_t>(4096, n - i0));
+    uint16_t rounded[4096];
+    to_bf16(x + i0, rounded, len);
+    from_bf16(rounded, out + i0, len);
+  }
+  return out;
 }
 
 float* CpuOps::f32_scratch(size_t n) {
@@ -126,10 +144,35 @@ std::string CpuOps::precision_note(DType low) const {
   if (low == DType::F16)
     return "this CPU has no fp16 products: fp16 operands are widened to fp32 (fp16 storage, rounding and "
            "overflow are real; the speed is fp32's)";
-  if (low == DType::BF16 && !cpu_has_native_bf16())
+  if (low == DType::BF16 && bf16_path() == "emulated")
     return "this CPU has no AVX512-BF16 or AMX: oneDNN emulates the bf16 products (same results, slower than "
-           "fp32; --set train.precision=fp32 is faster here)";
+           "fp32; --set train.cpu_bf16=widened or train.precision=fp32 is faster here)";
   return "";
+}
+
+std::string CpuOps::bf16_path() const {
+  if (bf16_widened()) return "widened";
+  return cpu_has_native_bf16() ? "native" : "emulated";
+}
+
+Ops::Bf16Choice CpuOps::choose_bf16_products(const std::string& setting, double seconds) {
+  CTRL_ASSERT(setting == "auto" || setting == "native" || setting == "widened");
+  static std::optional<bool> measured_choice;  // auto's answer, once per process
+  Bf16Choice c;
+  if (setting != "auto") {
+    c.widened = setting == "widened";
+  } else if (measured_choice) {
+    c.widened = *measured_choice;
+  } else {
+    set_bf16_widened(false);
+    c.native_gflops = measure_gemm_peak_gflops(true, seconds);
+    set_bf16_widened(true);
+    c.widened_gflops = measure_gemm_peak_gflops(true, seconds);
+    c.widened = c.widened_gflops >= kWidenedWorthIt * c.native_gflops;
+    measured_choice = c.widened;
+  }
+  set_bf16_widened(c.widened);
+  return c;
 }
 
 }  // namespace cpu

@@ -30,6 +30,8 @@ class CpuOps final : public Ops {
   void download(void* host_dst, const void* src, size_t bytes) override;
   void synchronize() override {}
   std::string precision_note(DType low) const override;
+  Bf16Choice choose_bf16_products(const std::string& setting, double seconds) override;
+  std::string bf16_path() const override;
   void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
                       int64_t Din) override;
   void linear_backward(TensorRef din, float* dw, float* db, TensorRef dout, TensorRef in, TensorRef w, int64_t N,
@@ -77,7 +79,9 @@ class CpuOps final : public Ops {
   std::vector<float> attention_scratch_;  // per thread: T x T, and q, k, v, out head slices in fp32
   std::vector<float> f32_scratch_;        // fp32 results bound for bf16 outputs
   std::vector<uint16_t> bf16_scratch_;    // bf16 copies of fp32 gradients for bf16 products
-  std::vector<float> widened_[5];         // fp32 copies of fp16 operands (3, 4: lm_head_distill's teacher)
+  // fp32 copies of fp16 operands and of widened bf16 ones (linear: 0 x, 1 W, 2 dy
+  // or the result; 3, 4: lm_head_distill's teacher)
+  std::vector<float> widened_[5];
   std::vector<float> head_dh_partial_;    // lm_head_loss: per group of vocabulary blocks, its share of dh
   std::vector<uint16_t> head_dlogits_;    // lm_head_loss: per thread, one block's bf16 logit gradients
   std::vector<float> distill_rows_;       // lm_head_distill: per thread, two rows of V
@@ -89,6 +93,10 @@ class CpuOps final : public Ops {
   uint16_t* bf16_scratch(size_t n);
   // The tensor as fp32: itself, or its n 16-bit elements widened into scratch `slot`.
   const float* widened(TensorRef t, size_t n, int slot);
+  // Scratch `slot` of widened() as room for n fp32 results.
+  float* widened_scratch(size_t n, int slot);
+  // x's n values rounded to bf16 and back, in scratch `slot`: a bf16 operand held in fp32.
+  const float* rounded_through_bf16(const float* x, size_t n, int slot);
 };
 
 // Shared helpers for the op files.

@@ -11,9 +11,11 @@
 // scratchpad, so concurrent calls from an OpenMP parallel region are safe.
 #include "ops/cpu/gemm.h"
 
+#include <malloc.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -28,6 +30,7 @@
 
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "ops/cpu/vec_math.h"
 
 namespace ctrl::cpu {
 namespace {
@@ -127,12 +130,14 @@ void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
     for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
 }
 
+thread_local std::vector<uint8_t> primitive_scratch;  // per thread: the running primitive's scratchpad
+
 // Runs the cached primitive; returns false when there is none (bf16 fallback).
 bool run(const Key& k, const void* A, const void* B, void* C, const float* bias = nullptr) {
   auto e = lookup(k);
   if (!e->prim) return false;
   thread_local dnnl::stream strm(engine());
-  thread_local std::vector<uint8_t> scratch;
+  auto& scratch = primitive_scratch;
   if (scratch.size() < e->scratch_bytes) scratch.resize(e->scratch_bytes);
   auto& eng = engine();
   dnnl::memory ma(e->a, eng, const_cast<void*>(A)), mb(e->b, eng, const_cast<void*>(B));
@@ -156,11 +161,19 @@ float bf16_to_f32(uint16_t h) {
   return f;
 }
 
-// Widens a rows x cols bf16 matrix (leading dimension ld) to dense fp32.
-std::vector<float> widen(const uint16_t* X, int64_t rows, int64_t cols, int64_t ld) {
-  std::vector<float> out(rows * cols);
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = bf16_to_f32(X[i * ld + j]);
+std::atomic<bool> widen_bf16{false};
+thread_local std::vector<float> widen_buffers[2];  // per thread: A and B of the widened path
+
+// Widens a rows x cols bf16 matrix (leading dimension ld) into the calling
+// thread's fp32 buffer `slot` (0: A, 1: B), dense; the buffer lives until
+// that thread's next call with the same slot. Outside a parallel region the
+// conversion is split over the threads.
+float* widen(int slot, const uint16_t* X, int64_t rows, int64_t cols, int64_t ld) {
+  auto& buffer = widen_buffers[slot];
+  if (buffer.size() < size_t(rows * cols)) buffer.resize(size_t(rows * cols));
+  float* out = buffer.data();
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && rows * cols >= 65536)
+  for (int64_t i = 0; i < rows; ++i) from_bf16(X + i * ld, out + i * cols, cols);
   return out;
 }
 
@@ -200,11 +213,12 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
   const Key k{true, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, current_threads()};
-  if (run(k, A, B, C)) return;
-  // No bf16 kernel in oneDNN for this CPU: exact widening, then the fp32 path.
-  const auto a = widen(A, ta ? K : M, ta ? M : K, lda);
-  const auto b = widen(B, tb ? N : K, tb ? K : N, ldb);
-  gemm_f32(ta, tb, M, N, K, alpha, a.data(), ta ? M : K, b.data(), tb ? K : N, beta, C, ldc);
+  if (!widen_bf16.load(std::memory_order_relaxed) && run(k, A, B, C)) return;
+  // Widened (chosen, or no bf16 kernel in oneDNN for this CPU): the products
+  // of bf16 values are exact in fp32, so the fp32 path computes the same sums.
+  const float* a = widen(0, A, ta ? K : M, ta ? M : K, lda);
+  const float* b = widen(1, B, tb ? N : K, tb ? K : N, ldb);
+  gemm_f32(ta, tb, M, N, K, alpha, a, ta ? M : K, b, tb ? K : N, beta, C, ldc);
 }
 
 void gemm_bf16_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
@@ -213,19 +227,25 @@ void gemm_bf16_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uin
   if (M == 0 || N == 0) return;
   Key k{true, ta, tb, M, N, K, lda, ldb, ldc, 1.0f, 0.0f, current_threads()};
   k.bias = bias != nullptr, k.c_bf16 = c_bf16;
-  if (K > 0 && run(k, A, B, C, bias)) return;
-  // No bf16 kernel (or nothing to reduce): the product in fp32, then bias and rounding.
-  std::vector<float> out(size_t(M * N));
-  gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, out.data(), N);
+  if (!widen_bf16.load(std::memory_order_relaxed) && K > 0 && run(k, A, B, C, bias)) return;
+  // Widened, no bf16 kernel, or nothing to reduce: the product in fp32 onto
+  // the bias, then rounded to bf16 if C is bf16.
+  thread_local std::vector<float> rounded_rows;
+  if (c_bf16 && rounded_rows.size() < size_t(M * N)) rounded_rows.resize(size_t(M * N));
+  float* out = c_bf16 ? rounded_rows.data() : static_cast<float*>(C);
+  const int64_t ldo = c_bf16 ? N : ldc;
+  const bool parallel = !omp_in_parallel() && M * N >= 65536;
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      const float v = out[size_t(i * N + j)] + (bias ? bias[j] : 0.0f);
-      if (c_bf16)
-        static_cast<uint16_t*>(C)[i * ldc + j] = float_to_bf16(v);
-      else
-        static_cast<float*>(C)[i * ldc + j] = v;
-    }
+    for (int64_t j = 0; j < N; ++j) out[i * ldo + j] = bias ? bias[j] : 0.0f;
+  gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, out, ldo);
+  if (!c_bf16) return;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t i = 0; i < M; ++i) to_bf16(out + i * N, static_cast<uint16_t*>(C) + i * ldc, N);
 }
+
+void set_bf16_widened(bool widened) { widen_bf16.store(widened); }
+bool bf16_widened() { return widen_bf16.load(); }
 
 void gemm_f32_reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                         const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -268,6 +288,12 @@ double measure_gemm_peak_gflops(bool bf16, double seconds) {
     fastest = std::min(fastest, t);
     elapsed += t;
   }
+  // The measurement's 2048² operands and scratch are not training's: they go
+  // back to the system, lest a measurement at start-up raise a run's peak.
+  for (auto* v : {&a, &b, &c, &widen_buffers[0], &widen_buffers[1]}) std::vector<float>().swap(*v);
+  for (auto* v : {&a16, &b16}) std::vector<uint16_t>().swap(*v);
+  std::vector<uint8_t>().swap(primitive_scratch);
+  malloc_trim(0);
   return 2.0 * n * n * n / fastest / 1e9;
 }
 

@@ -33,6 +33,16 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                     const uint16_t* B, int64_t ldb, const float* bias, void* C, bool c_bf16, int64_t ldc);
 
+// How gemm_bf16 and gemm_bf16_bias run, process-wide: oneDNN's bf16 kernels
+// (the default), or widened: the bf16 operands converted to fp32 (exactly)
+// and multiplied by the fp32 path, on CPUs where that is faster (an Intel
+// AVX512-BF16 core without AMX ran bf16 products at half fp32's rate; without
+// AVX512-BF16 oneDNN emulates them at a third). Both compute fp32 sums of
+// exact products of the same bf16 values, in different orders. Set it before
+// the products run, not during them.
+void set_bf16_widened(bool widened);
+bool bf16_widened();
+
 // Plain triple-loop references with double accumulation, for tests. Slow.
 void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                         int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);

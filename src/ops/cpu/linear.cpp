@@ -5,8 +5,28 @@
 
 namespace ctrl::cpu {
 
+namespace {
+// out[N, D] = the bias in every row, for a product that accumulates onto it; nothing without one.
+void fill_rows(float* out, const float* b, int64_t N, int64_t D) {
+  if (!b) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = 0; c < D; ++c) out[r * D + c] = b[c];
+}
+}  // namespace
+
 void CpuOps::linear_forward(TensorRef out_ref, TensorRef in_ref, TensorRef w_ref, const float* b, int64_t N,
                             int64_t Dout, int64_t Din) {
+  if (in_ref.dtype == DType::BF16 && bf16_widened()) {
+    // The widened bf16 products (gemm.h), in the scratch slots the backward
+    // reuses: x in 0, W in 1, the fp32 result in 2.
+    float* out = out_ref.dtype == DType::F32 ? out_ref.f32() : widened_scratch(size_t(N * Dout), 2);
+    fill_rows(out, b, N, Dout);
+    gemm_f32(false, true, N, Dout, Din, 1.0f, widened(in_ref, size_t(N * Din), 0), Din,
+             widened(w_ref, size_t(Dout * Din), 1), Din, b ? 1.0f : 0.0f, out, Dout);
+    if (out_ref.dtype != DType::F32) store_as(out_ref, out, size_t(N * Dout));
+    return;
+  }
   if (in_ref.dtype == DType::BF16 && out_ref.dtype != DType::F16) {  // native bf16 products, bias fused
     gemm_bf16_bias(false, true, N, Dout, Din, in_ref.bf16(), Din, w_ref.bf16(), Din, b, out_ref.data,
                    out_ref.dtype == DType::BF16, Dout);
@@ -14,21 +34,35 @@ void CpuOps::linear_forward(TensorRef out_ref, TensorRef in_ref, TensorRef w_ref
   }
   // fp32, and fp16 widened to fp32 (this CPU has no fp16 products).
   float* out = out_ref.dtype == DType::F32 ? out_ref.f32() : f32_scratch(size_t(N * Dout));
-  float beta = 0.0f;
-  if (b) {  // start from the bias so the product accumulates onto it in one pass
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t c = 0; c < Dout; ++c) out[r * Dout + c] = b[c];
-    beta = 1.0f;
-  }
+  fill_rows(out, b, N, Dout);
   gemm_f32(false, true, N, Dout, Din, 1.0f, widened(in_ref, size_t(N * Din), 0), Din,
-           widened(w_ref, size_t(Dout * Din), 1), Din, beta, out, Dout);
+           widened(w_ref, size_t(Dout * Din), 1), Din, b ? 1.0f : 0.0f, out, Dout);
   if (out_ref.dtype != DType::F32) store_as(out_ref, out, size_t(N * Dout));
 }
 
 void CpuOps::linear_backward(TensorRef din_ref, float* dw, float* db, TensorRef dout_ref, TensorRef in_ref,
                              TensorRef w_ref, int64_t N, int64_t Dout, int64_t Din, bool accumulate_din) {
   const float beta = accumulate_din ? 1.0f : 0.0f;
+  if (in_ref.dtype == DType::BF16 && bf16_widened()) {
+    // The widened bf16 products (gemm.h): dout rounded to bf16 is widened
+    // once for both products (slot 2), as are x (0) and W (1); dW comes
+    // first, so that a bf16 dx can take x's slot for its fp32 result.
+    const float* g = dout_ref.dtype == DType::BF16 ? widened(dout_ref, size_t(N * Dout), 2)
+                                                   : rounded_through_bf16(dout_ref.f32(), size_t(N * Dout), 2);
+    const float* w = widened(w_ref, size_t(Dout * Din), 1);
+    gemm_f32(true, false, Dout, Din, N, 1.0f, g, Dout, widened(in_ref, size_t(N * Din), 0), Din, 1.0f, dw, Din);
+    if (din_ref.dtype == DType::BF16) {
+      CTRL_ASSERT(!accumulate_din);
+      float* din = widened_scratch(size_t(N * Din), 0);
+      gemm_f32(false, false, N, Din, Dout, 1.0f, g, Dout, w, Din, 0.0f, din, Din);
+      store_as(din_ref, din, size_t(N * Din));
+    } else if (din_ref.data) {
+      gemm_f32(false, false, N, Din, Dout, 1.0f, g, Dout, w, Din, beta, din_ref.f32(), Din);
+    }
+    if (db && dout_ref.dtype == DType::BF16) add_column_sums(db, dout_ref.bf16(), N, Dout);
+    if (db && dout_ref.dtype != DType::BF16) add_column_sums(db, dout_ref.f32(), N, Dout);
+    return;
+  }
   if (in_ref.dtype == DType::BF16) {
     const uint16_t* g = nullptr;  // dout in bf16
     if (dout_ref.dtype == DType::BF16) {
