@@ -165,6 +165,7 @@ TEST(Bf16Ops, ChoosingTheBf16PathMeasuresOncePerProcess) {
   Ops::Bf16Choice c = ops->choose_bf16_products("widened", 0);
   EXPECT_TRUE(c.widened && cpu::bf16_widened());
   EXPECT_EQ(c.native_gflops, 0);
+  EXPECT_EQ(c.describe(), "widened to fp32 (train.cpu_bf16)");
   c = ops->choose_bf16_products("native", 0);
   EXPECT_FALSE(c.widened || cpu::bf16_widened());
   const Ops::Bf16Choice first = ops->choose_bf16_products("auto", 0.01),
@@ -174,6 +175,7 @@ TEST(Bf16Ops, ChoosingTheBf16PathMeasuresOncePerProcess) {
   EXPECT_EQ(second.native_gflops, 0);  // the repeat measured nothing
   if (first.native_gflops > 0) {       // the first auto of this process measured both
     EXPECT_GT(first.widened_gflops, 0);
+    EXPECT_NE(first.describe().find("auto measured oneDNN's bf16 kernels at"), std::string::npos) << first.describe();
     EXPECT_EQ(first.widened, first.widened_gflops >= Ops::kWidenedWorthIt * first.native_gflops);
   }
   cpu::set_bf16_widened(saved);

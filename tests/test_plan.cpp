@@ -205,6 +205,18 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin10Percent) {
   }
 }
 
+// bf16 on a CPU: the plan names the products' path its bf16 time was measured on,
+// as auto chose it, and a pinned path is taken as given.
+TEST(Plan, CpuBf16PlanNamesTheProductsPath) {
+  const std::string base = test_support::ctrl_binary() + " plan --config tiny --tokens 1e6 --hardware cpu --precision bf16";
+  std::string out;
+  ASSERT_EQ(run(base + " 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("note: bf16 products "), std::string::npos) << out;
+  EXPECT_NE(out.find("auto measured oneDNN's bf16 kernels at"), std::string::npos) << out;
+  ASSERT_EQ(run(base + " --set train.cpu_bf16=widened 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("note: bf16 products widened to fp32 (train.cpu_bf16)"), std::string::npos) << out;
+}
+
 TEST(Plan, FitsAndDoesNotFit) {
   // The two-V100 question: base in fp16 fits, with room for a real micro-batch.
   const plan::Plan base = plan::make_plan(gpu_request(config_of("base", {"train.precision=fp16"}), "V100-16GB", 2));

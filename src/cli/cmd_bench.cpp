@@ -138,13 +138,7 @@ int run(const std::vector<std::string>& argv) {
                 double(model.layout().total * sizeof(float)) / (1 << 20));
     std::printf("  peak memory %.0f MiB\n", double(peak_rss) / (1 << 20));
     if (peak_device > 0) std::printf("  peak device memory %.0f MiB\n", double(peak_device) / (1 << 20));
-    if (cpu_bf16) {
-      std::printf("  bf16 products: %s", ops->bf16_path().c_str());
-      if (bf16_choice.native_gflops > 0)
-        std::printf(" (auto: oneDNN's bf16 kernels %.1f GFLOP/s, widened to fp32 %.1f)", bf16_choice.native_gflops,
-                    bf16_choice.widened_gflops);
-      std::printf("\n");
-    }
+    if (cpu_bf16) std::printf("  bf16 products: %s\n", bf16_choice.describe().c_str());
     if (!note.empty()) std::printf("  note: %s\n", note.c_str());
     if (!advice.empty()) std::printf("  advice: %s\n", advice.c_str());
   }

@@ -77,12 +77,13 @@ int run(const std::vector<std::string>& argv) {
   }
   if (args.has("machine")) r.machine = plan::load_machine(args.get("machine"));
   std::unique_ptr<Ops> cpu;
+  Ops::Bf16Choice bf16_choice;  // bf16 on this CPU: the products' path the plan's peak was measured on
   if (r.gpu.empty()) {
     cpu = make_ops("cpu");
     r.cpu_name = cpu_model();
     r.cpu_threads = cpu->threads();
     const bool calibrated = r.machine && r.machine->precision == r.config.train.precision;
-    if (r.config.train.precision == "bf16") cpu->choose_bf16_products(r.config.train.cpu_bf16, 0.2);
+    if (r.config.train.precision == "bf16") bf16_choice = cpu->choose_bf16_products(r.config.train.cpu_bf16, 0.2);
     if (!calibrated && r.config.train.precision != "fp16")
       r.cpu_peak_gflops = cpu->measure_peak_gflops(r.config.train.precision == "bf16", 0.5);
   }
@@ -90,6 +91,7 @@ int run(const std::vector<std::string>& argv) {
   if (r.gpu.empty()) {  // bf16 on a CPU: emulated, or native and still slower than fp32
     const std::string note = cpu->precision_note(activation_dtype(r.config.train.precision));
     if (!note.empty()) p.notes.push_back(note);
+    if (r.config.train.precision == "bf16") p.notes.push_back("bf16 products " + bf16_choice.describe());
     if (r.config.train.precision == "bf16" && p.hours_no_overlap > 0) {
       // The plan's own bf16 peak when it measured one (not calibrated from a file).
       const double bf16 = r.cpu_peak_gflops > 0 ? r.cpu_peak_gflops : cpu->measure_peak_gflops(true, 0.3);

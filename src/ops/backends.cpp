@@ -1,4 +1,5 @@
 // The backend factory: the one place that knows which backends exist.
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -10,6 +11,18 @@
 #endif
 
 namespace ctrl {
+
+std::string Ops::Bf16Choice::describe() const {
+  const std::string path = widened ? "widened to fp32" : "native";
+  if (native_gflops <= 0) return path + " (train.cpu_bf16)";
+  char line[200];
+  std::snprintf(line, sizeof line,
+                " (auto measured oneDNN's bf16 kernels at %.1f GFLOP/s, the widened products at %.1f; "
+                "train.cpu_bf16 pins either)",
+                native_gflops, widened_gflops);
+  return path + line;
+}
+
 
 namespace {
 

@@ -145,6 +145,9 @@ class Ops {
   struct Bf16Choice {
     bool widened = false;
     double native_gflops = 0, widened_gflops = 0;
+    // For the user: "widened to fp32 (auto measured oneDNN's bf16 kernels at
+    // 153.4 GFLOP/s, the widened products at 263.1)", or "native (pinned)".
+    std::string describe() const;
   };
   static constexpr double kWidenedWorthIt = 1.1;
   virtual Bf16Choice choose_bf16_products(const std::string& setting, double seconds) { return {}; }

@@ -459,11 +459,7 @@ void Trainer::print_start() {
   if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
   if (t.precision == "bf16" && ops_->gpu() < 0) {  // bf16 can be slower than fp32 on a CPU, native or not
     const auto& c = bf16_choice_;
-    if (c.native_gflops > 0)
-      std::fprintf(stderr,
-                   "note: bf16 products %s: oneDNN's bf16 kernels measured %.1f GFLOP/s, fp32 products of the "
-                   "bf16 values %.1f (train.cpu_bf16=auto; native or widened pins it)\n",
-                   c.widened ? "widened to fp32" : "native", c.native_gflops, c.widened_gflops);
+    if (c.native_gflops > 0) std::fprintf(stderr, "note: bf16 products %s\n", c.describe().c_str());
     double bf16 = c.widened ? c.widened_gflops : c.native_gflops;
     if (bf16 <= 0) bf16 = ops_->measure_peak_gflops(true, 0.2);
     const double fp32 = ops_->measure_peak_gflops(false, 0.2);
