@@ -23,7 +23,6 @@ std::string Ops::Bf16Choice::describe() const {
   return path + line;
 }
 
-
 namespace {
 
 // The rank's index among the ranks on its machine, as the MPI launcher
