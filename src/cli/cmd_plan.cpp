@@ -83,9 +83,11 @@ int run(const std::vector<std::string>& argv) {
     r.cpu_name = cpu_model();
     r.cpu_threads = cpu->threads();
     const bool calibrated = r.machine && r.machine->precision == r.config.train.precision;
-    if (r.config.train.precision == "bf16") bf16_choice = cpu->choose_bf16_products(r.config.train.cpu_bf16, 0.2);
+    // auto's measurement of the chosen path is the plan's bf16 peak; a pinned path is measured.
+    if (r.config.train.precision == "bf16") bf16_choice = cpu->choose_bf16_products(r.config.train.cpu_bf16, 0.5);
+    const double chosen = bf16_choice.widened ? bf16_choice.widened_gflops : bf16_choice.native_gflops;
     if (!calibrated && r.config.train.precision != "fp16")
-      r.cpu_peak_gflops = cpu->measure_peak_gflops(r.config.train.precision == "bf16", 0.5);
+      r.cpu_peak_gflops = chosen > 0 ? chosen : cpu->measure_peak_gflops(r.config.train.precision == "bf16", 0.5);
   }
   plan::Plan p = plan::make_plan(r);
   if (r.gpu.empty()) {  // bf16 on a CPU: emulated, or native and still slower than fp32

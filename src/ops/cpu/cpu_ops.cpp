@@ -118,21 +118,22 @@ float* CpuOps::widened_scratch(size_t n, int slot) {
   return buffer.data();
 }
 
-const float* CpuOps::rounded_through_bf16(const float* x, size_t n, int slot) {
+const float* CpuOps::rounded_through(DType low, const float* x, size_t n, int slot) {
+  CTRL_ASSERT(low == DType::BF16 || low == DType::F16);
   float* out = widened_scratch(n, slot);
 #pragma omp parallel for schedule(static)
   for (size_t i0 = 0; i0 < n; i0 += 4096) {
     const int64_t len = int64_t(std::min<size_t>(4096, n - i0));
     uint16_t rounded[4096];
-    to_bf16(x + i0, rounded, len);
-    from_bf16(rounded, out + i0, len);
+    if (low == DType::BF16) {
+      to_bf16(x + i0, rounded, len);
+      from_bf16(rounded, out + i0, len);
+    } else {
+      to_f16(x + i0, rounded, len);
+      from_f16(rounded, out + i0, len);
+    }
   }
   return out;
-}
-
-float* CpuOps::f32_scratch(size_t n) {
-  if (f32_scratch_.size() < n) f32_scratch_.resize(n);
-  return f32_scratch_.data();
 }
 
 uint16_t* CpuOps::bf16_scratch(size_t n) {

@@ -77,10 +77,9 @@ class CpuOps final : public Ops {
   std::vector<float> positions_;  // cached sinusoidal table [T, D]
   int64_t positions_T_ = 0, positions_D_ = 0;
   std::vector<float> attention_scratch_;  // per thread: T x T, and q, k, v, out head slices in fp32
-  std::vector<float> f32_scratch_;        // fp32 results bound for bf16 outputs
   std::vector<uint16_t> bf16_scratch_;    // bf16 copies of fp32 gradients for bf16 products
-  // fp32 copies of fp16 operands and of widened bf16 ones (linear: 0 x, 1 W, 2 dy
-  // or the result; 3, 4: lm_head_distill's teacher)
+  // fp32 copies of fp16 operands and of widened bf16 ones (linear: 0 x or a 16-bit
+  // dx, 1 W, 2 dy or a 16-bit result; 3, 4: lm_head_distill's teacher)
   std::vector<float> widened_[5];
   std::vector<float> head_dh_partial_;    // lm_head_loss: per group of vocabulary blocks, its share of dh
   std::vector<uint16_t> head_dlogits_;    // lm_head_loss: per thread, one block's bf16 logit gradients
@@ -89,14 +88,13 @@ class CpuOps final : public Ops {
   void head_loss(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D, int64_t V,
                  float grad_scale, float* dh, float* dw, float* db, double* loss_sum, float* row_loss, float* scratch,
                  int64_t chunk_rows, const TeacherHead* teacher, float alpha, float temperature, double* kl_sum);
-  float* f32_scratch(size_t n);
   uint16_t* bf16_scratch(size_t n);
   // The tensor as fp32: itself, or its n 16-bit elements widened into scratch `slot`.
   const float* widened(TensorRef t, size_t n, int slot);
   // Scratch `slot` of widened() as room for n fp32 results.
   float* widened_scratch(size_t n, int slot);
-  // x's n values rounded to bf16 and back, in scratch `slot`: a bf16 operand held in fp32.
-  const float* rounded_through_bf16(const float* x, size_t n, int slot);
+  // x's n values rounded to `low` (bf16 or fp16) and back, in scratch `slot`: a 16-bit operand held in fp32.
+  const float* rounded_through(DType low, const float* x, size_t n, int slot);
 };
 
 // Shared helpers for the op files.

@@ -235,10 +235,12 @@ void gemm_bf16_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uin
   float* out = c_bf16 ? rounded_rows.data() : static_cast<float*>(C);
   const int64_t ldo = c_bf16 ? N : ldc;
   const bool parallel = !omp_in_parallel() && M * N >= 65536;
+  if (bias) {
 #pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) out[i * ldo + j] = bias ? bias[j] : 0.0f;
-  gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, out, ldo);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) out[i * ldo + j] = bias[j];
+  }
+  gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, bias ? 1.0f : 0.0f, out, ldo);
   if (!c_bf16) return;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t i = 0; i < M; ++i) to_bf16(out + i * N, static_cast<uint16_t*>(C) + i * ldc, N);
