@@ -2,6 +2,7 @@
 // bf16-rounded inputs: attention (bf16 products on q, k, v, P, dO, dS; fp32
 // softmax), linear backward with bf16 gradients in and out, ReLU backward on a
 // bf16 gradient. Differences must stay within bf16 rounding of the results.
+// Also fp16's linear backward, whose products run in fp32 on 16-bit values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -129,6 +130,67 @@ TEST(Bf16Ops, WidenedLinearBackwardRoundsAnFp32GradientAsTheBf16KernelsDo) {
   EXPECT_LT(relative_error(dw[1], dw[0]), 1e-5);
   EXPECT_EQ(db[1], db[0]);
   EXPECT_LT(relative_error(widen(dx16[1]), widen(dx16[0])), 1e-2);
+}
+
+// fp16 runs its products in fp32 on the CPU, but an fp32 dout goes into them
+// as its fp16 rounding, as a GPU stores it: the same values and the same
+// overflow to infinity that the loss scaler must see. db sums the fp32 dout.
+TEST(Bf16Ops, Fp16LinearBackwardRoundsAnFp32GradientAndOverflowsAsFp16Does) {
+  auto ops = test_support::make_cpu_reference();
+  const int64_t N = 300, Dout = 48, Din = 40;
+  std::vector<uint16_t> x16(size_t(N * Din)), w16(size_t(Dout * Din));
+  for (size_t i = 0; i < x16.size(); ++i) x16[i] = float_to_f16(float(random_normal(4, 3, i)));
+  for (size_t i = 0; i < w16.size(); ++i) w16[i] = float_to_f16(float(0.2 * random_normal(5, 3, i)));
+  std::vector<float> dy(size_t(N * Dout));
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = float(random_normal(9, 3, i));
+  // The expected results in double, from dout as fp16 holds it and, to show
+  // that the bound below tells the two apart, from the fp32 dout.
+  auto products = [&](bool round_dy, std::vector<float>& dx, std::vector<float>& dw) {
+    dx.assign(size_t(N * Din), 0.0f), dw.assign(size_t(Dout * Din), 0.0f);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < Din; ++i) {
+        double acc = 0;
+        for (int64_t o = 0; o < Dout; ++o) {
+          const float g = dy[size_t(n * Dout + o)];
+          acc += double(round_dy ? f16_to_float(float_to_f16(g)) : g) * f16_to_float(w16[size_t(o * Din + i)]);
+        }
+        dx[size_t(n * Din + i)] = float(acc);
+      }
+    for (int64_t o = 0; o < Dout; ++o)
+      for (int64_t i = 0; i < Din; ++i) {
+        double acc = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          const float g = dy[size_t(n * Dout + o)];
+          acc += double(round_dy ? f16_to_float(float_to_f16(g)) : g) * f16_to_float(x16[size_t(n * Din + i)]);
+        }
+        dw[size_t(o * Din + i)] = float(acc);
+      }
+  };
+  std::vector<float> want_dx, want_dw, unrounded_dx, unrounded_dw;
+  products(true, want_dx, want_dw);
+  products(false, unrounded_dx, unrounded_dw);
+  ASSERT_GT(relative_error(unrounded_dx, want_dx), 1e-4);
+  ASSERT_GT(relative_error(unrounded_dw, want_dw), 1e-4);
+  const TensorRef x(x16.data(), DType::F16), w(w16.data(), DType::F16);
+  std::vector<float> dx(size_t(N * Din)), dw(size_t(Dout * Din), 0.0f), db(size_t(Dout), 0.0f);
+  ops->linear_backward(TensorRef(dx.data()), dw.data(), db.data(), dy.data(), x, w, N, Dout, Din, false);
+  EXPECT_LT(relative_error(dx, want_dx), 1e-5);
+  EXPECT_LT(relative_error(dw, want_dw), 1e-5);
+  for (int64_t o = 0; o < Dout; ++o) {
+    double sum = 0;
+    for (int64_t n = 0; n < N; ++n) sum += dy[size_t(n * Dout + o)];
+    EXPECT_NEAR(db[size_t(o)], sum, 1e-4) << o;
+  }
+  // 70000 is beyond fp16's largest finite value (65504): row 0 of dx and
+  // dw's row for output 3 become infinite or NaN, as they would on a GPU.
+  dy[3] = 70000.0f;
+  std::fill(dw.begin(), dw.end(), 0.0f);
+  ops->linear_backward(TensorRef(dx.data()), dw.data(), nullptr, dy.data(), x, w, N, Dout, Din, false);
+  for (int64_t i = 0; i < Din; ++i) {
+    EXPECT_FALSE(std::isfinite(dx[size_t(i)])) << i;
+    EXPECT_FALSE(std::isfinite(dw[size_t(3 * Din + i)])) << i;
+    EXPECT_TRUE(std::isfinite(dx[size_t(Din + i)])) << i;
+  }
 }
 
 TEST(Bf16Ops, ReluBackwardOnBf16Gradient) {
