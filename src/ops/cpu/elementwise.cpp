@@ -82,10 +82,23 @@ void CpuOps::sum_squares(const float* x, size_t n, double* out) {
   std::vector<double> partial(size_t(threads), 0.0);
 #pragma omp parallel num_threads(threads)
   {
+    // kLanes independent sums, so that the loop runs at memory speed instead of
+    // one double addition's latency per element (base's 110M gradients took 78
+    // ms per step that way); lane l sums the elements i with i % kLanes == l.
+    constexpr size_t kLanes = 16;
+    double lanes[kLanes] = {};
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const size_t rows = n / kLanes, begin = rows * size_t(t) / size_t(nt), end = rows * size_t(t + 1) / size_t(nt);
+    for (size_t r = begin; r < end; ++r) {
+      const float* row = x + r * kLanes;
+#pragma omp simd
+      for (size_t l = 0; l < kLanes; ++l) lanes[l] += double(row[l]) * double(row[l]);
+    }
+    if (t == nt - 1)
+      for (size_t i = rows * kLanes; i < n; ++i) lanes[i % kLanes] += double(x[i]) * double(x[i]);
     double acc = 0;
-#pragma omp for schedule(static)
-    for (size_t i = 0; i < n; ++i) acc += double(x[i]) * double(x[i]);
-    partial[size_t(omp_get_thread_num())] = acc;
+    for (double lane : lanes) acc += lane;
+    partial[size_t(t)] = acc;
   }
   double total = 0;
   for (double p : partial) total += p;
