@@ -445,10 +445,23 @@ TEST(BadInputMemory, ARunThatCannotFitIsRefusedWithTheLargestMicroBatch) {
   const uint64_t at8 = plan::memory_estimate(c, 8, 1, plan::kCpuRuntimeOverheadBytes).total();
   const uint64_t at9 = plan::memory_estimate(c, 9, 1, plan::kCpuRuntimeOverheadBytes).total();
   ASSERT_LT(at8, at9);
-  EXPECT_ERROR(plan::check_memory(c, 64, 1, at8), "at micro-batch 64", "largest micro-batch that fits is 8");
-  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, at8));
-  EXPECT_ERROR(plan::check_memory(c, 1, 1, 1 << 20), "not even micro-batch 1 fits");
+  EXPECT_ERROR(plan::check_memory(c, 64, 1, at8, 2), "at micro-batch 64", "largest micro-batch that fits is 8");
+  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, at8, 2));
+  EXPECT_ERROR(plan::check_memory(c, 1, 1, 1 << 20, 2), "not even micro-batch 1 fits");
   EXPECT_GT(plan::available_memory_bytes(), 0u);
+  // bf16 on a CPU also needs the fp32 copies of widened products (auto may
+  // widen; native does not), and a GPU run none of them.
+  c.train.precision = "bf16";
+  const uint64_t bf16_at8 = plan::memory_estimate(c, 8, 1, plan::kCpuRuntimeOverheadBytes).total();
+  const uint64_t widened = plan::cpu_widened_bytes(c, 8, 2);
+  ASSERT_GT(widened, 0u);
+  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, bf16_at8 + widened, 2));
+  EXPECT_ERROR(plan::check_memory(c, 8, 1, bf16_at8 + widened - 1, 2), "at micro-batch 8");
+  c.train.cpu_bf16 = "native";
+  EXPECT_EQ(plan::cpu_widened_bytes(c, 8, 2), 0u);
+  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, bf16_at8, 2));
+  c.train.cpu_bf16 = "widened", c.train.device = "cuda";
+  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, bf16_at8, 2));
 }
 
 TEST(BadInputMemory, AMillionLayersIsRefusedUpFront) {

@@ -173,7 +173,7 @@ TEST(Plan, TeacherMemoryEqualsTheEnginesAllocationAndItsForwardCountsInTheFlops)
   EXPECT_NE(plan::plan_text(with).find("teacher (forward only)"), std::string::npos);
 }
 
-TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin10Percent) {
+TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
   // `small` at micro-batch 8: about 0.6-0.7 GiB of buffers, one timed step, in fp32 and bf16.
   for (const char* precision : {"fp32", "bf16"}) {
     std::string out;
@@ -184,14 +184,20 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin10Percent) {
         << out;
     const auto j = nlohmann::json::parse(out);
     const double rss = j.at("peak_rss_bytes").get<double>();
-    const Config c = config_of("small", {std::string("train.precision=") + precision});
+    Config c = config_of("small", {std::string("train.precision=") + precision});
     ASSERT_EQ(j.at("micro_batch").get<int64_t>(), c.train.micro_batch);
+    // bf16: the path the run took (auto chose it), whose fp32 copies the plan counts when widened.
+    if (j.contains("bf16_products")) c.train.cpu_bf16 = j.at("bf16_products") == "widened" ? "widened" : "native";
+    const int threads = j.at("threads").get<int>();
     const double predicted =
-        double(plan::memory_for(c, c.train.micro_batch, 1, plan::kCpuRuntimeOverheadBytes).total());
-    EXPECT_NEAR(rss / predicted, 1.0, 0.10) << precision << ": peak RSS " << rss << " predicted " << predicted;
+        double(plan::memory_for(c, c.train.micro_batch, 1, plan::kCpuRuntimeOverheadBytes).total() +
+               plan::cpu_widened_bytes(c, c.train.micro_batch, threads));
+    EXPECT_NEAR(rss / predicted, 1.0, 0.05) << precision << ": peak RSS " << rss << " predicted " << predicted;
+    std::printf("%s (%s): peak RSS / predicted %.3f\n", precision, c.train.cpu_bf16.c_str(), rss / predicted);
     // And the planner's CPU plan reports that same total.
     plan::Request r = cpu_request(c, 24);
     r.micro_batch = c.train.micro_batch;
+    r.cpu_threads = threads;
     EXPECT_EQ(double(plan::make_plan(r).memory.total()), predicted) << precision;
     // bf16 also times an fp32 product and advises fp32 exactly when the shared rule says so.
     if (std::string(precision) == "bf16") {

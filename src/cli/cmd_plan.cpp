@@ -84,7 +84,10 @@ int run(const std::vector<std::string>& argv) {
     r.cpu_threads = cpu->threads();
     const bool calibrated = r.machine && r.machine->precision == r.config.train.precision;
     // auto's measurement of the chosen path is the plan's bf16 peak; a pinned path is measured.
-    if (r.config.train.precision == "bf16") bf16_choice = cpu->choose_bf16_products(r.config.train.cpu_bf16, 0.5);
+    if (r.config.train.precision == "bf16") {
+      bf16_choice = cpu->choose_bf16_products(r.config.train.cpu_bf16, 0.5);
+      r.config.train.cpu_bf16 = bf16_choice.widened ? "widened" : "native";  // the memory of the path taken
+    }
     const double chosen = bf16_choice.widened ? bf16_choice.widened_gflops : bf16_choice.native_gflops;
     if (!calibrated && r.config.train.precision != "fp16")
       r.cpu_peak_gflops = chosen > 0 ? chosen : cpu->measure_peak_gflops(r.config.train.precision == "bf16", 0.5);

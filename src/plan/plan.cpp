@@ -305,11 +305,34 @@ Memory memory_estimate(const Config& config, int64_t micro_batch, int zero_ranks
   return m;
 }
 
-void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available,
+uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int threads) {
+  const TrainConfig& t = config.train;
+  const bool fp16 = t.precision == "fp16", bf16 = t.precision == "bf16" && t.cpu_bf16 != "native";
+  if (!fp16 && !bf16) return 0;
+  const ModelConfig& m = config.model;
+  const uint64_t N = uint64_t(micro_batch) * uint64_t(m.n_ctx), T = uint64_t(m.n_ctx), D = uint64_t(m.d_model),
+                 F = uint64_t(m.d_ff), V = uint64_t(m.vocab_size);
+  const uint64_t E = m.embedding_dim > 0 ? uint64_t(m.embedding_dim) : D;  // the head's width
+  // The linear layers: qkv D→3D, attention output D→D, FFN D→F and F→D, a factorized head's D→E.
+  uint64_t inputs = N * std::max(D, F), weights = std::max({3 * D * D, F * D, E * D});
+  const uint64_t outputs = N * std::max({3 * D, F, E});
+  uint64_t per_thread = 0;
+  if (fp16) {  // the head's h and embedding, whole
+    inputs = std::max(inputs, N * E), weights = std::max(weights, V * E);
+  } else {  // the head's row chunk against a vocabulary block (ops/cpu/lm_head.cpp), or a head's T×T
+    const uint64_t rows = std::min<uint64_t>(N, 256), block = std::min<uint64_t>(V, 2048);
+    per_thread = std::max(rows * std::max(E, block), T * T) + std::max(block * E, T * T);
+  }
+  return 4 * (inputs + weights + outputs + uint64_t(std::max(threads, 1)) * per_thread);
+}
+
+void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available, int threads,
                   const ModelConfig* teacher) {
   if (available == 0) return;  // unknown: nothing to check against
+  const bool cpu = config.train.device.rfind("cuda", 0) != 0;
   auto need = [&](int64_t b) {
-    return memory_estimate(config, b, zero_ranks, kCpuRuntimeOverheadBytes, teacher).total();
+    return memory_estimate(config, b, zero_ranks, kCpuRuntimeOverheadBytes, teacher).total() +
+           (cpu ? cpu_widened_bytes(config, b, threads) : 0);
   };
   const uint64_t bytes = need(micro_batch);
   if (bytes <= available) return;
@@ -464,9 +487,13 @@ Plan make_plan(const Request& r) {
   // micro-batch to plan with.
   const int zero_ranks = r.zero == 1 ? p.ranks : 1;
   const ModelConfig* teacher = r.teacher ? &*r.teacher : nullptr;
-  auto fits = [&](int64_t b) {
-    return memory_estimate(c, b, zero_ranks, overhead, teacher).total() <= p.device_memory;
+  const int cpu_threads = r.machine ? int(r.machine->threads) : r.cpu_threads;
+  auto memory_at = [&](int64_t b, int zero) {
+    Memory m = memory_estimate(c, b, zero, overhead, teacher);
+    if (!gpu) m.widened = cpu_widened_bytes(c, b, cpu_threads);
+    return m;
   };
+  auto fits = [&](int64_t b) { return memory_at(b, zero_ranks).total() <= p.device_memory; };
   if (fits(1)) {
     int64_t lo = 1, hi = 2;
     while (hi <= (int64_t(1) << 24) && fits(hi)) lo = hi, hi *= 2;
@@ -492,7 +519,7 @@ Plan make_plan(const Request& r) {
       }
     p.fits = true;
   }
-  p.memory = memory_estimate(c, std::max<int64_t>(1, p.micro_batch), zero_ranks, overhead, teacher);
+  p.memory = memory_at(std::max<int64_t>(1, p.micro_batch), zero_ranks);
   if (r.zero == 1) {
     // Each rank streams its shard to the writer a piece at a time: one piece of staging.
     p.zero_checkpoint_peak = p.memory.total() + kZeroCheckpointPieceFloats * sizeof(float);
@@ -546,7 +573,7 @@ Plan make_plan(const Request& r) {
         gib(p.device_memory) + "), largest micro-batch " + std::to_string(p.largest_micro_batch) + "; if it did: ";
   } else {
     v = "fits: no, even micro-batch 1 needs " + gib(p.memory.total()) + " per device of " + gib(p.device_memory) +
-        (r.zero == 0 && p.ranks > 1 && memory_estimate(c, 1, p.ranks, overhead, teacher).total() <= p.device_memory
+        (r.zero == 0 && p.ranks > 1 && memory_at(1, p.ranks).total() <= p.device_memory
              ? " (it fits with --zero 1)"
              : "") +
         "; if it did: ";
@@ -586,7 +613,8 @@ std::string plan_json(const Plan& p) {
   j["memory_bytes"] = {{"weights_fp32", m.weights}, {"weights_lowp", m.weights_lowp}, {"gradients", m.grads},
                        {"optimizer_state", m.optimizer}, {"activations", m.activations},
                        {"zero_gradient_shard", m.grad_shard}, {"workspace", m.workspace},
-                       {"teacher", m.teacher},           {"runtime_overhead", m.overhead},
+                       {"teacher", m.teacher},           {"cpu_widened", m.widened},
+                       {"runtime_overhead", m.overhead},
                        {"total", m.total()},             {"device", p.device_memory}};
   j["fits"] = p.fits;
   j["zero_checkpoint_peak_bytes"] = p.zero_checkpoint_peak;
@@ -644,6 +672,7 @@ std::string plan_text(const Plan& p) {
   row("activations", gib(m.activations));
   row("workspace", gib(m.workspace));
   if (m.teacher) row("teacher (forward only)", gib(m.teacher));
+  if (m.widened) row("fp32 copies for products", gib(m.widened));
   row("runtime overhead", gib(m.overhead));
   row("total", gib(m.total()) + " of " + gib(p.device_memory));
   row("largest micro-batch", std::to_string(p.largest_micro_batch));

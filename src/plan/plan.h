@@ -34,9 +34,11 @@ struct Memory {
   // parameters, 16-bit copy, activations (recompute "layers": one layer's at a
   // time) and token buffers; no gradients or optimizer state.
   uint64_t teacher = 0;
+  uint64_t widened = 0;       // CPU only: fp32 copies of 16-bit operands for fp32 products (cpu_widened_bytes)
   uint64_t overhead = 0;      // runtime, not the engine's buffers
   uint64_t buffers() const {
-    return weights + weights_lowp + grads + optimizer + grad_shard + activations + workspace + batch + teacher;
+    return weights + weights_lowp + grads + optimizer + grad_shard + activations + workspace + batch + teacher +
+           widened;
   }
   uint64_t total() const { return buffers() + overhead; }
 };
@@ -129,11 +131,22 @@ uint64_t available_memory_bytes();
 Memory memory_estimate(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t overhead,
                        const ModelConfig* teacher = nullptr);
 
+// The CPU engine's fp32 copies of 16-bit operands, for products that run in
+// fp32 there: fp16 always (no fp16 products on a CPU), bf16 unless
+// train.cpu_bf16 is native ("auto" counts as widened: the larger). The linear
+// layers share three whole-tensor slots (x or a 16-bit dx, W, a 16-bit
+// output or dy: ops/cpu/linear.cpp); fp16's head widens h and the embedding
+// into the first two; widened bf16 products keep two blocks per thread (the
+// head's vocabulary blocks, attention's per-head operands: ops/cpu/gemm.cpp).
+// Not in the activation layout: the backend allocates them on first use.
+uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int threads);
+
 // Refuses, before anything is allocated, a run that cannot fit: when the
-// engine's buffers at `micro_batch` plus kCpuRuntimeOverheadBytes exceed
-// `available` bytes, a one-line ctrl::Error with the figure, the room and
-// the largest micro-batch that fits (or that not even one sequence does).
-void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available,
+// engine's buffers at `micro_batch` (on a CPU with cpu_widened_bytes at
+// `threads`) plus kCpuRuntimeOverheadBytes exceed `available` bytes, a
+// one-line ctrl::Error with the figure, the room and the largest micro-batch
+// that fits (or that not even one sequence does).
+void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available, int threads,
                   const ModelConfig* teacher = nullptr);
 
 struct Request {
