@@ -610,12 +610,12 @@ std::string plan_json(const Plan& p) {
   j["zero"] = p.request.zero;
   j["parameters"] = p.parameters;
   const Memory& m = p.memory;
-  j["memory_bytes"] = {{"weights_fp32", m.weights}, {"weights_lowp", m.weights_lowp}, {"gradients", m.grads},
-                       {"optimizer_state", m.optimizer}, {"activations", m.activations},
-                       {"zero_gradient_shard", m.grad_shard}, {"workspace", m.workspace},
-                       {"teacher", m.teacher},           {"cpu_widened", m.widened},
-                       {"runtime_overhead", m.overhead},
-                       {"total", m.total()},             {"device", p.device_memory}};
+  j["memory_bytes"] = {{"weights_fp32", m.weights},    {"weights_lowp", m.weights_lowp},
+                       {"gradients", m.grads},         {"optimizer_state", m.optimizer},
+                       {"activations", m.activations}, {"zero_gradient_shard", m.grad_shard},
+                       {"workspace", m.workspace},     {"teacher", m.teacher},
+                       {"cpu_widened", m.widened},     {"runtime_overhead", m.overhead},
+                       {"total", m.total()},           {"device", p.device_memory}};
   j["fits"] = p.fits;
   j["zero_checkpoint_peak_bytes"] = p.zero_checkpoint_peak;
   j["micro_batch"] = p.micro_batch;
