@@ -143,32 +143,20 @@ TEST(Bf16Ops, Fp16LinearBackwardRoundsAnFp32GradientAndOverflowsAsFp16Does) {
   for (size_t i = 0; i < w16.size(); ++i) w16[i] = float_to_f16(float(0.2 * random_normal(5, 3, i)));
   std::vector<float> dy(size_t(N * Dout));
   for (size_t i = 0; i < dy.size(); ++i) dy[i] = float(random_normal(9, 3, i));
-  // The expected results in double, from dout as fp16 holds it and, to show
-  // that the bound below tells the two apart, from the fp32 dout.
-  auto products = [&](bool round_dy, std::vector<float>& dx, std::vector<float>& dw) {
+  // The expected results (double accumulation), from dout as fp16 holds it
+  // and, to show that the bound below tells the two apart, from the fp32 dout.
+  std::vector<float> xf(x16.size()), wf(w16.size()), rounded_dy(dy.size());
+  for (size_t i = 0; i < xf.size(); ++i) xf[i] = f16_to_float(x16[i]);
+  for (size_t i = 0; i < wf.size(); ++i) wf[i] = f16_to_float(w16[i]);
+  for (size_t i = 0; i < dy.size(); ++i) rounded_dy[i] = f16_to_float(float_to_f16(dy[i]));
+  auto products = [&](const std::vector<float>& g, std::vector<float>& dx, std::vector<float>& dw) {
     dx.assign(size_t(N * Din), 0.0f), dw.assign(size_t(Dout * Din), 0.0f);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t i = 0; i < Din; ++i) {
-        double acc = 0;
-        for (int64_t o = 0; o < Dout; ++o) {
-          const float g = dy[size_t(n * Dout + o)];
-          acc += double(round_dy ? f16_to_float(float_to_f16(g)) : g) * f16_to_float(w16[size_t(o * Din + i)]);
-        }
-        dx[size_t(n * Din + i)] = float(acc);
-      }
-    for (int64_t o = 0; o < Dout; ++o)
-      for (int64_t i = 0; i < Din; ++i) {
-        double acc = 0;
-        for (int64_t n = 0; n < N; ++n) {
-          const float g = dy[size_t(n * Dout + o)];
-          acc += double(round_dy ? f16_to_float(float_to_f16(g)) : g) * f16_to_float(x16[size_t(n * Din + i)]);
-        }
-        dw[size_t(o * Din + i)] = float(acc);
-      }
+    cpu::gemm_f32_reference(false, false, N, Din, Dout, 1.0f, g.data(), Dout, wf.data(), Din, 0.0f, dx.data(), Din);
+    cpu::gemm_f32_reference(true, false, Dout, Din, N, 1.0f, g.data(), Dout, xf.data(), Din, 0.0f, dw.data(), Din);
   };
   std::vector<float> want_dx, want_dw, unrounded_dx, unrounded_dw;
-  products(true, want_dx, want_dw);
-  products(false, unrounded_dx, unrounded_dw);
+  products(rounded_dy, want_dx, want_dw);
+  products(dy, unrounded_dx, unrounded_dw);
   ASSERT_GT(relative_error(unrounded_dx, want_dx), 1e-4);
   ASSERT_GT(relative_error(unrounded_dw, want_dw), 1e-4);
   const TensorRef x(x16.data(), DType::F16), w(w16.data(), DType::F16);
