@@ -190,7 +190,7 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
     a.lnf_in = a.x_out;
   }
   // The fused head works on row chunks so the [N, V] logits never exist whole.
-  a.logits_rows = std::min<int64_t>(int64_t(N), 256);
+  a.logits_rows = std::min<int64_t>(int64_t(N), kHeadChunkRows);
   a.logits = take(size_t(a.logits_rows) * size_t(head_row_stride(c.vocab_size)));
   a.total = at;
   a.scratch = a.total - a.saved;

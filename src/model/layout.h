@@ -15,6 +15,8 @@ namespace ctrl {
 
 // Offsets are rounded up to this many elements (64 bytes of fp32) for SIMD.
 constexpr size_t kAlignElements = 16;
+// Rows of the fused head's logits chunk (at most; fewer when the micro-batch has fewer tokens).
+constexpr int64_t kHeadChunkRows = 256;
 
 struct ParamTensor {
   std::string name;            // Hugging Face state-dict name

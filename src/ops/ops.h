@@ -146,7 +146,7 @@ class Ops {
     bool widened = false;
     double native_gflops = 0, widened_gflops = 0;
     // For the user: "widened to fp32 (auto measured oneDNN's bf16 kernels at
-    // 153.4 GFLOP/s, the widened products at 263.1)", or "native (pinned)".
+    // 153.4 GFLOP/s, the widened products at 263.1; ...)", or "native (train.cpu_bf16)" when pinned.
     std::string describe() const;
   };
   static constexpr double kWidenedWorthIt = 1.1;

@@ -320,7 +320,7 @@ uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int thread
   if (fp16) {  // the head's h and embedding, whole
     inputs = std::max(inputs, N * E), weights = std::max(weights, V * E);
   } else {  // the head's row chunk against a vocabulary block (ops/cpu/lm_head.cpp), or a head's T×T
-    const uint64_t rows = std::min<uint64_t>(N, 256), block = std::min<uint64_t>(V, 2048);
+    const uint64_t rows = std::min<uint64_t>(N, uint64_t(kHeadChunkRows)), block = std::min<uint64_t>(V, 2048);
     per_thread = std::max(rows * std::max(E, block), T * T) + std::max(block * E, T * T);
   }
   return 4 * (inputs + weights + outputs + uint64_t(std::max(threads, 1)) * per_thread);
@@ -423,6 +423,7 @@ Plan make_plan(const Request& r) {
 
   // The device: memory per rank, peak FLOP/s, utilisation, links.
   uint64_t overhead = 0;
+  const int cpu_threads = r.machine ? int(r.machine->threads) : r.cpu_threads;  // CPU plans
   double intra_gbs = 0;  // per direction, GB/s
   std::string intra_link;
   // A ctrl bench file calibrates the utilisation when it was measured in this precision.
@@ -473,9 +474,8 @@ Plan make_plan(const Request& r) {
     }
     if (!(peak_gflops > 0)) fail("ctrl plan: no GEMM peak for this CPU (internal: cpu_peak_gflops not set)");
     p.peak_tflops = peak_gflops / 1000;
-    const int threads = r.machine ? int(r.machine->threads) : r.cpu_threads;
     p.hardware = std::to_string(r.nodes) + " x " + name +
-                 (threads > 0 ? " (" + std::to_string(threads) + " threads, " : " (") + gib(p.device_memory) +
+                 (cpu_threads > 0 ? " (" + std::to_string(cpu_threads) + " threads, " : " (") + gib(p.device_memory) +
                  (r.nodes == 1 ? ")" : " each)");
   }
   if (r.mfu > 0) {
@@ -487,7 +487,6 @@ Plan make_plan(const Request& r) {
   // micro-batch to plan with.
   const int zero_ranks = r.zero == 1 ? p.ranks : 1;
   const ModelConfig* teacher = r.teacher ? &*r.teacher : nullptr;
-  const int cpu_threads = r.machine ? int(r.machine->threads) : r.cpu_threads;
   auto memory_at = [&](int64_t b, int zero) {
     Memory m = memory_estimate(c, b, zero, overhead, teacher);
     if (!gpu) m.widened = cpu_widened_bytes(c, b, cpu_threads);

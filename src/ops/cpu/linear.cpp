@@ -74,8 +74,7 @@ void CpuOps::linear_backward(TensorRef din_ref, float* dw, float* db, TensorRef 
   } else if (din_ref.data) {
     gemm_f32(false, false, N, Din, Dout, 1.0f, g, Dout, w, Din, beta, din_ref.f32(), Din);
   }
-  if (db && dout_ref.dtype == DType::BF16) add_column_sums(db, dout_ref.bf16(), N, Dout);
-  if (db && dout_ref.dtype == DType::F32) add_column_sums(db, dout_ref.f32(), N, Dout);
+  if (db) add_column_sums(db, dout_ref.dtype == DType::F32 ? dout_ref.f32() : g, N, Dout);  // the unrounded dout
 }
 
 }  // namespace ctrl::cpu
