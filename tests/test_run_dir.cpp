@@ -56,11 +56,13 @@ std::string train_command(const std::string& out, const std::string& extra) {
   return s + " " + extra;
 }
 
-// Starts `command` under /bin/sh (exec'd, so the pid is the command's own).
-pid_t spawn(const std::string& command) {
+// Starts `command` under /bin/sh (exec'd, so the pid is the command's own),
+// with the stop signals at their defaults as from a terminal (even under
+// nohup), except `ignored` (0: none), which it starts with ignored.
+pid_t spawn(const std::string& command, int ignored = 0) {
   const pid_t pid = fork();
   if (pid == 0) {
-    for (int s : {SIGINT, SIGTERM, SIGHUP}) signal(s, SIG_DFL);  // as from a terminal, even under nohup
+    for (int s : {SIGINT, SIGTERM, SIGHUP}) signal(s, s == ignored ? SIG_IGN : SIG_DFL);
     execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -194,6 +196,52 @@ TEST(RunLifecycle, SignalsStopAtAStepBoundaryWithACheckpoint) {
     ASSERT_EQ(std::system((train_command(dir, more)).c_str()), 0);
     EXPECT_EQ(metrics_losses(dir).size(), size_t(step + 3));
   }
+}
+
+// The stop signals never interrupt a compute thread: oneDNN's GEMM kernels
+// point the stack pointer into the heap, where a handler's frame would land
+// (core/signals.h). So no handler is installed for them, every thread blocks
+// them, and one thread takes them with sigwait. A signal that was ignored at
+// the start (nohup) stays ignored.
+TEST(RunLifecycle, StopSignalsAreTakenByOneThreadAndNeverByAHandler) {
+  const std::string dir = fresh_dir("signal_thread");
+  const pid_t pid =
+      spawn(train_command(dir, "--set train.steps=100000 --set train.checkpoint_every=100000") + " 2>" + dir + ".err",
+            SIGHUP);
+  ASSERT_TRUE(wait_until([&] { return last_logged_step(dir) >= 2; }));
+  auto mask = [](const std::string& status_path, const std::string& field) {
+    std::ifstream in(status_path);
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1), nullptr, 16);
+    return 0ull;
+  };
+  auto bit = [](int sig) { return 1ull << (sig - 1); };
+  const std::string proc = "/proc/" + std::to_string(pid);
+  EXPECT_EQ(mask(proc + "/status", "SigCgt") & (bit(SIGINT) | bit(SIGTERM) | bit(SIGHUP)), 0u);
+  EXPECT_NE(mask(proc + "/status", "SigIgn") & bit(SIGHUP), 0u);
+  // The thread in sigwait shows them unblocked while it waits (the kernel's
+  // sigtimedwait unblocks what it waits for); every other thread blocks them.
+  int threads = 0, taking = 0;
+  for (const auto& task : fs::directory_iterator(proc + "/task")) {
+    const auto stop = bit(SIGINT) | bit(SIGTERM);
+    const auto blocked = mask(task.path().string() + "/status", "SigBlk") & stop;
+    EXPECT_TRUE(blocked == stop || blocked == 0) << task.path();
+    taking += blocked == 0;
+    ++threads;
+  }
+  EXPECT_EQ(taking, 1);
+  EXPECT_GE(threads, 3);  // main, an OpenMP worker, the signal thread (at least)
+
+  kill(pid, SIGHUP);  // ignored: training goes on
+  const int64_t after_hup = last_logged_step(dir);
+  EXPECT_TRUE(wait_until([&] { return last_logged_step(dir) >= after_hup + 3; }));
+  kill(pid, SIGTERM);
+  const int status = wait_for_exit(pid);
+  const std::string err = read_or_empty(dir + ".err");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) << err;
+  EXPECT_FALSE(contains(err, "SIGHUP")) << err;
+  EXPECT_TRUE(contains(err, "ctrl train: stopped by SIGTERM after step ")) << err;
 }
 
 // A second signal ends training at once: no checkpoint, killed by that signal.

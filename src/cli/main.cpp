@@ -11,6 +11,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/signals.h"
 #include "core/sysinfo.h"
 
 namespace ctrl::cli {
@@ -49,6 +50,7 @@ static void reexec_with_short_spin(char** argv) {
 
 int main(int argc, char** argv) {
   reexec_with_short_spin(argv);
+  ctrl::install_signal_thread();  // before any other thread (core/signals.h)
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     print_help();

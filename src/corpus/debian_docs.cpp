@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/progress.h"
+#include "core/signals.h"
 
 namespace ctrl {
 
@@ -52,7 +53,11 @@ std::string shell_quote(const std::string& s) {
 
 // Runs a shell command, returning its stdout; ok is false on a non-zero exit.
 std::string run_command(const std::string& command, bool& ok) {
-  std::FILE* pipe = popen(command.c_str(), "r");
+  std::FILE* pipe;
+  {
+    const StopSignalsUnblocked interruptible;  // the child (apt-get, dpkg-deb) stops on Ctrl-C as ctrl does
+    pipe = popen(command.c_str(), "r");
+  }
   if (!pipe) fail("cannot run: " + command);
   std::string out;
   char buf[65536];

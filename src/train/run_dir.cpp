@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -120,69 +119,16 @@ void RunDir::sync_metrics() {
     metrics_error_ = metrics_path() + ": write failed: " + std::strerror(errno);
 }
 
-namespace {
-
-std::atomic<int> g_requested{0};
-struct sigaction g_previous[3];
-bool g_caught[3];  // false: the signal was ignored when we started (nohup, a background job) and stays so
-constexpr int kStopSignals[3] = {SIGINT, SIGTERM, SIGHUP};
-
-// Async-signal-safe: an atomic store, write(2) of a constant line, sigaction(2).
-extern "C" void on_stop_signal(int sig) {
-  int expected = 0;
-  g_requested.compare_exchange_strong(expected, sig);
-  const char* line = sig == SIGINT    ? "ctrl train: SIGINT received; stopping after this step (again to quit at once)\n"
-                     : sig == SIGTERM ? "ctrl train: SIGTERM received; stopping after this step (again to quit at once)\n"
-                                      : "ctrl train: SIGHUP received; stopping after this step (again to quit at once)\n";
-  const ssize_t ignored = write(STDERR_FILENO, line, std::strlen(line));
-  (void)ignored;
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  for (int i = 0; i < 3; ++i)
-    if (g_caught[i]) sigaction(kStopSignals[i], &dfl, nullptr);
-}
-
-}  // namespace
-
-StopSignals::StopSignals() {
-  g_requested = 0;
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  for (int s : kStopSignals) sigaddset(&sa.sa_mask, s);
-  sa.sa_flags = SA_RESTART;
-  for (int i = 0; i < 3; ++i) {
-    sigaction(kStopSignals[i], nullptr, &g_previous[i]);
-    g_caught[i] = g_previous[i].sa_handler != SIG_IGN;
-    if (g_caught[i]) sigaction(kStopSignals[i], &sa, nullptr);
-  }
-}
-
-StopSignals::~StopSignals() {
-  for (int i = 0; i < 3; ++i) sigaction(kStopSignals[i], &g_previous[i], nullptr);
-}
-
-int StopSignals::requested() { return g_requested.load(); }
-
 StopRequest agree_on_stop(Communicator& comm, int signal, bool write_failed) {
   double votes[4] = {signal == SIGINT ? 1.0 : 0.0, signal == SIGTERM ? 1.0 : 0.0, signal == SIGHUP ? 1.0 : 0.0,
                      write_failed ? 1.0 : 0.0};
   if (comm.size() > 1) comm.all_reduce_sum(votes, 4);
   StopRequest r;
+  const int voted[3] = {SIGINT, SIGTERM, SIGHUP};
   for (int i = 0; i < 3 && !r.signal; ++i)
-    if (votes[i] > 0) r.signal = kStopSignals[i];
+    if (votes[i] > 0) r.signal = voted[i];
   r.write_failed = votes[3] > 0;
   return r;
-}
-
-std::string signal_name(int signal) {
-  switch (signal) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    default: return "signal " + std::to_string(signal);
-  }
 }
 
 }  // namespace ctrl

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/signals.h"
 #include "dist/communicator.h"
 
 namespace ctrl {
@@ -49,21 +50,6 @@ class RunDir {
   std::string metrics_error_;
 };
 
-// While an object lives, SIGINT, SIGTERM and SIGHUP do not end the process:
-// the first is recorded (requested()) and acknowledged with one line on
-// stderr, and the default actions come back, so a second signal ends the
-// process at once. A signal ignored when the object is made (nohup, a
-// background job) stays ignored. The destructor restores the previous handlers.
-class StopSignals {
- public:
-  StopSignals();
-  ~StopSignals();
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-  // The first signal received since construction, or 0.
-  static int requested();
-};
-
 // Why training stops after a step, agreed by every rank.
 struct StopRequest {
   int signal = 0;             // SIGINT, SIGTERM or SIGHUP received by some rank (the first of them in that order)
@@ -75,8 +61,5 @@ struct StopRequest {
 // metrics write) with one small all-reduce, so all ranks stop after the same
 // step. Call it on every rank at the same point of every step.
 StopRequest agree_on_stop(Communicator& comm, int signal, bool write_failed);
-
-// "SIGINT", "SIGTERM", "SIGHUP" (else "signal N").
-std::string signal_name(int signal);
 
 }  // namespace ctrl
