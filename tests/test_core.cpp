@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -41,6 +42,24 @@ TEST(Sysinfo, CgroupQuotaRoundsUpToWholeCpus) {
   EXPECT_EQ(ctrl::cpus_from_cgroup_quota("-1 100000"), 0);      // v1 unlimited
   for (const char* bad : {"", "200000", "200000 0", "abc 100000"}) EXPECT_EQ(ctrl::cpus_from_cgroup_quota(bad), 0) << bad;
   EXPECT_GE(ctrl::usable_cpus(), 1);
+}
+
+// The memory check counts the threads the backend will start with: OMP_NUM_THREADS
+// (a list's first number) when it is a positive number, else the usable CPUs.
+TEST(Sysinfo, DefaultCpuThreadsFollowOmpNumThreads) {
+  const char* saved = std::getenv("OMP_NUM_THREADS");
+  const std::string before = saved ? saved : "";
+  setenv("OMP_NUM_THREADS", "7", 1);
+  EXPECT_EQ(ctrl::default_cpu_threads(), 7);
+  setenv("OMP_NUM_THREADS", "3,1", 1);  // nested levels: the outer one
+  EXPECT_EQ(ctrl::default_cpu_threads(), 3);
+  for (const char* ignored : {"0", "-2", "x", ""}) {
+    setenv("OMP_NUM_THREADS", ignored, 1);
+    EXPECT_EQ(ctrl::default_cpu_threads(), ctrl::usable_cpus()) << ignored;
+  }
+  unsetenv("OMP_NUM_THREADS");
+  EXPECT_EQ(ctrl::default_cpu_threads(), ctrl::usable_cpus());
+  if (saved) setenv("OMP_NUM_THREADS", before.c_str(), 1);
 }
 
 // A fake cgroup tree: the process's own group and its ancestors are read, v2 and v1 alike.

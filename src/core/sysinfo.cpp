@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -121,6 +122,14 @@ int usable_cpus() {
   const std::string cgroups((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   const int quota = cgroup_cpu_limit("/sys/fs/cgroup", cgroups.empty() ? "0::/\n" : cgroups);
   return quota > 0 ? std::min(n, quota) : n;
+}
+
+int default_cpu_threads() {
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    const std::string first(env, std::strcspn(env, ","));
+    if (const auto n = parse_whole_int(first); n && *n > 0) return int(*n);
+  }
+  return usable_cpus();
 }
 
 }  // namespace ctrl

@@ -12,6 +12,9 @@ std::string cpu_model();       // e.g. "AMD EPYC 9R14"
 // scheduler's cpuset), bounded by the cgroup's CPU quota (docker --cpus,
 // systemd CPUQuota) rounded up. The default thread count of the CPU backend.
 int usable_cpus();
+// The thread count the CPU backend starts with when none is configured:
+// OMP_NUM_THREADS (its first number) when set, else usable_cpus().
+int default_cpu_threads();
 // The GOMP_SPINCOUNT that ctrl runs with when the user sets no OpenMP wait
 // policy (cli/main.cpp; measured in bench/shared_machine.sh).
 inline constexpr const char* kDefaultSpinCount = "10000";
