@@ -18,7 +18,7 @@ std::atomic<int> g_requested{0};
 sigset_t g_taken;  // the stop signals the signal thread takes (those not ignored at installation)
 
 [[noreturn]] void end_by_default_action(int sig) {
-  std::signal(sig, SIG_DFL);
+  std::signal(sig, SIG_DFL);  // ctrl installs no handler for it; a library might have
   sigset_t one;
   sigemptyset(&one);
   sigaddset(&one, sig);
