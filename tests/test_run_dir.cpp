@@ -231,7 +231,7 @@ TEST(RunLifecycle, StopSignalsAreTakenByOneThreadAndNeverByAHandler) {
     ++threads;
   }
   EXPECT_EQ(taking, 1);
-  EXPECT_GE(threads, 3);  // main, an OpenMP worker, the signal thread (at least)
+  EXPECT_GE(threads, 2);  // main and the signal thread, and OpenMP's workers with more than one CPU
 
   kill(pid, SIGHUP);  // ignored: training goes on
   const int64_t after_hup = last_logged_step(dir);
