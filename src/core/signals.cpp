@@ -11,7 +11,6 @@ namespace ctrl {
 
 namespace {
 
-constexpr int kStopSignals[3] = {SIGINT, SIGTERM, SIGHUP};
 std::atomic<bool> g_installed{false};
 std::atomic<bool> g_stopping_allowed{false};  // a StopSignals object lives
 std::atomic<int> g_requested{0};

@@ -14,9 +14,13 @@
 // sigwait. Outside a StopSignals scope that thread gives each signal its
 // default action, as if ctrl had never caught it.
 #pragma once
+#include <csignal>
 #include <string>
 
 namespace ctrl {
+
+// The stop signals, in the order a tie between ranks is settled (run_dir.h, agree_on_stop).
+inline constexpr int kStopSignals[3] = {SIGINT, SIGTERM, SIGHUP};
 
 // Call first in main(), before any thread starts; later calls do nothing.
 // Signals ignored at that point (nohup, a background job) stay ignored.

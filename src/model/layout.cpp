@@ -103,6 +103,8 @@ DType activation_dtype(const std::string& precision) {
   return DType::F32;
 }
 
+int64_t cpu_head_vocab_block() { return kCpuHeadVocabBlock; }
+
 ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType low, int64_t T) {
   ActivationLayout a;
   a.dtype = low;

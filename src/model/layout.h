@@ -17,6 +17,9 @@ namespace ctrl {
 constexpr size_t kAlignElements = 16;
 // Rows of the fused head's logits chunk (at most; fewer when the micro-batch has fewer tokens).
 constexpr int64_t kHeadChunkRows = 256;
+// The CPU backend's vocabulary block in the head (ops/ops.h), for the
+// planner, which sees backends only through the model.
+int64_t cpu_head_vocab_block();
 
 struct ParamTensor {
   std::string name;            // Hugging Face state-dict name

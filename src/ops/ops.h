@@ -83,6 +83,9 @@ struct TeacherHead {
 // dimensions whatever V is (the `ctrl` preset's V = 246,534 is not a multiple
 // of 8). The CPU backend keeps the rows V apart.
 inline int64_t head_row_stride(int64_t V) { return (V + 15) / 16 * 16; }
+// Vocabulary entries per block of the CPU head (ops/cpu/lm_head.cpp); the
+// planner counts that backend's per-thread widened blocks by it.
+inline constexpr int64_t kCpuHeadVocabBlock = 2048;
 
 class Ops {
  public:

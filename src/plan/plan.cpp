@@ -320,7 +320,8 @@ uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int thread
   if (fp16) {  // the head's h and embedding, whole
     inputs = std::max(inputs, N * E), weights = std::max(weights, V * E);
   } else {  // the head's row chunk against a vocabulary block (ops/cpu/lm_head.cpp), or a head's T×T
-    const uint64_t rows = std::min<uint64_t>(N, uint64_t(kHeadChunkRows)), block = std::min<uint64_t>(V, 2048);
+    const uint64_t rows = std::min<uint64_t>(N, uint64_t(kHeadChunkRows)),
+                   block = std::min<uint64_t>(V, uint64_t(cpu_head_vocab_block()));
     per_thread = std::max(rows * std::max(E, block), T * T) + std::max(block * E, T * T);
   }
   return 4 * (inputs + weights + outputs + uint64_t(std::max(threads, 1)) * per_thread);

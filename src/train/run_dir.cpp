@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -120,13 +119,12 @@ void RunDir::sync_metrics() {
 }
 
 StopRequest agree_on_stop(Communicator& comm, int signal, bool write_failed) {
-  double votes[4] = {signal == SIGINT ? 1.0 : 0.0, signal == SIGTERM ? 1.0 : 0.0, signal == SIGHUP ? 1.0 : 0.0,
-                     write_failed ? 1.0 : 0.0};
+  double votes[4] = {0, 0, 0, write_failed ? 1.0 : 0.0};
+  for (int i = 0; i < 3; ++i) votes[i] = signal == kStopSignals[i] ? 1.0 : 0.0;
   if (comm.size() > 1) comm.all_reduce_sum(votes, 4);
   StopRequest r;
-  const int voted[3] = {SIGINT, SIGTERM, SIGHUP};
   for (int i = 0; i < 3 && !r.signal; ++i)
-    if (votes[i] > 0) r.signal = voted[i];
+    if (votes[i] > 0) r.signal = kStopSignals[i];
   r.write_failed = votes[3] > 0;
   return r;
 }

@@ -23,10 +23,9 @@
 namespace ctrl::cpu {
 
 namespace {
-constexpr int64_t kVocabBlock = 2048;
 // Row stride of a block's bf16 gradients: padded off the power of two, whose
 // 4 KiB stride made the dw product 30% slower (cache-set conflicts).
-constexpr int64_t kBlockStride = kVocabBlock + 32;
+constexpr int64_t kBlockStride = kCpuHeadVocabBlock + 32;
 // dh's groups of blocks per thread: enough tasks for the dynamic schedule to
 // even out a thread that runs at half speed.
 constexpr int64_t kGroupsPerThread = 4;
@@ -68,7 +67,7 @@ void CpuOps::head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const i
   const int64_t Dt = teacher ? teacher->D : 0;
   const float* th = teacher && !low ? widened(teacher->h, size_t(N * Dt), 3) : nullptr;
   const float* tw = teacher && !low ? widened(teacher->w, size_t(V * Dt), 4) : nullptr;
-  const int64_t blocks = (V + kVocabBlock - 1) / kVocabBlock;
+  const int64_t blocks = (V + kCpuHeadVocabBlock - 1) / kCpuHeadVocabBlock;
   const int threads = omp_get_max_threads();
   std::vector<double> losses(size_t(N), 0.0), kls(teacher ? size_t(N) : 0, 0.0);
   // The cross-entropy's share of the logit gradient: exactly grad_scale without a teacher (ce_share 1).
@@ -91,7 +90,7 @@ void CpuOps::head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const i
       // Logits of each block, the bias, and the block's maximum per row.
 #pragma omp for schedule(dynamic, 1)
       for (int64_t blk = 0; blk < blocks; ++blk) {
-        const int64_t v0 = blk * kVocabBlock, bw = std::min(kVocabBlock, V - v0);
+        const int64_t v0 = blk * kCpuHeadVocabBlock, bw = std::min(kCpuHeadVocabBlock, V - v0);
         if (low)
           gemm_bf16(false, true, R, bw, D, 1.0f, h_ref.bf16() + r0 * D, D, w_ref.bf16() + v0 * D, D, 0.0f, logits + v0,
                     V);
@@ -163,7 +162,7 @@ void CpuOps::head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const i
         for (int64_t g = 0; g < groups; ++g) {
           float* dh_part = head_dh_partial_.data() + size_t(g * chunk_rows * D);
           for (int64_t blk = g * blocks / groups; blk < (g + 1) * blocks / groups; ++blk) {
-            const int64_t v0 = blk * kVocabBlock, bw = std::min(kVocabBlock, V - v0);
+            const int64_t v0 = blk * kCpuHeadVocabBlock, bw = std::min(kCpuHeadVocabBlock, V - v0);
             for (int64_t r = 0; r < R; ++r) {
               float* row = logits + r * V + v0;
               row_scale(row, bw, row_factor[size_t(r)]);
