@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check: runs on a machine with an NVIDIA GPU from the archive that
-# scripts/gpu_bundle.sh made elsewhere, in under 8 minutes, and writes logs,
+# scripts/gpu_bundle.sh made elsewhere, within DEADLINE seconds, and writes logs,
 # gtest JSON, bench JSON and one results table (results.md) under $OUT.
 #
 #   bash scripts/gpu_check.sh [build-gpu/ctrl-gpu-bundle.tar.xz]
@@ -13,12 +13,15 @@
 # fails or times out is recorded and the next one still runs.
 # Without a GPU it stops after the first phase with "no CUDA device".
 #
-# PHASES (default "ops suite bench") picks phases after the machine's; "peer"
-# runs bench/gpu_vs_pytorch.sh (ctrl against PyTorch eager AMP and
+# PHASES (default "ops suite bench peer") picks phases after the machine's;
+# "peer" runs bench/gpu_vs_pytorch.sh (ctrl against PyTorch eager AMP and
 # torch.compile on medium and base in bf16, then base in fp16 and fp32) with
-# this machine's python3, under PEER_SECONDS (default 420). It does not fit in
-# one 10-minute device call with the others: run it as a second call,
-#   PHASES=peer bash scripts/gpu_check.sh BUNDLE
+# this machine's python3, under PEER_SECONDS (default 420).
+# DEADLINE (seconds from the start, default 470: issue 13 asks for under 8 minutes)
+# caps every phase: each runs under the smaller of its own timeout and the
+# time left, and a phase with under 15 s left is recorded as skipped, so one
+# call ends in time with the most important phases done. What was skipped can
+# run in a second call, e.g. PHASES=peer bash scripts/gpu_check.sh BUNDLE.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle=${1:-build-gpu/ctrl-gpu-bundle.tar.xz}
@@ -90,7 +93,8 @@ if ! "$work/run/ctrl" --version >"$out/version.txt" 2>&1 && grep -q GLIBC "$out/
   done
   "$work/run/ctrl" --version >"$out/version.txt" 2>&1
 fi
-PHASES=${PHASES:-ops suite bench}
+PHASES=${PHASES:-ops suite bench peer}
+DEADLINE=${DEADLINE:-470}
 want() { [[ " $PHASES " == *" $1 "* ]]; }
 export CTRL_TEST_BINARY=$work/run/ctrl CTRL_TEST_SOURCE_DIR=$work OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 
@@ -135,8 +139,14 @@ row machine ok $(( $(date +%s) - t0 )) "$(grep -m1 -o 'NVIDIA-SMI.*' "$out/nvidi
 
 # phase NAME TIMEOUT COMMAND...: runs it with its output in $out/NAME.log.
 phase() {
-  local name=$1 limit=$2
+  local name=$1 limit=$2 left=$(( DEADLINE - ($(date +%s) - t0) - 5 ))
   shift 2
+  if (( left < 15 )); then
+    row "$name" SKIPPED 0 "no time left before DEADLINE=${DEADLINE}s"
+    log "phase $name: skipped, ${left}s left before the deadline"
+    return 0
+  fi
+  (( limit > left )) && limit=$left
   log "phase $name (timeout ${limit}s): $*"
   local s=$(date +%s)
   timeout --signal=KILL "$limit" "$@" >"$out/$name.log" 2>&1
