@@ -34,6 +34,7 @@ log() { echo "gpu_check [$(( $(date +%s) - t0 ))s] $*" | tee -a "$out/check.log"
 
 [[ -f $bundle ]] || { log "no bundle at $bundle (make it with scripts/gpu_bundle.sh)"; exit 2; }
 work=$(mktemp -d /tmp/ctrl-gpu.XXXXXX)
+trap 'rm -rf "$work"' EXIT
 tar -C "$work" -xJf "$bundle" || { log "could not unpack $bundle"; exit 2; }
 log "unpacked $bundle into $work ($(cat "$work/build-info.txt" | tr '\n' ' '))"
 

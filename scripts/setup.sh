@@ -16,6 +16,7 @@ packages=(
   clang libclang-rt-14-dev libomp-dev  # libFuzzer targets (clang needs its own OpenMP)
   dpkg-dev groff-base               # the built-in corpus: dpkg-deb, man pages rendered by groff
   bzip2 python3                     # fuzz seeds (bzcat), scripts/main.sh reads the manifest
+  xz-utils                          # the GPU bundle (scripts/gpu_bundle.sh, gpu_check.sh and its test)
 )
 missing=()
 for p in "${packages[@]}"; do
