@@ -40,6 +40,7 @@ TEST(Backend, FactoryKnowsCpuAndCheckedAndRejectsOthers) {
 // CUDA in the build, or a device on the machine.
 TEST(Backend, CudaRequestedButAbsentFailsWithOneClearLine) {
   if (has_cuda_device()) {
+    EXPECT_EQ(cuda_unavailable_reason(), "");
     EXPECT_STREQ(make_ops("cuda")->name(), "cuda");
     try {
       make_ops("cuda:99");
@@ -62,6 +63,10 @@ TEST(Backend, CudaRequestedButAbsentFailsWithOneClearLine) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find(std::string("device '") + name + "'"), std::string::npos) << msg;
       EXPECT_NE(msg.find(why), std::string::npos) << msg;
+      // Why: no driver, no GPU, a driver too old for this build, or no CUDA in it.
+      const std::string reason = cuda_unavailable_reason();
+      EXPECT_FALSE(reason.empty());
+      EXPECT_NE(msg.find(reason), std::string::npos) << msg;
       EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     }
   }

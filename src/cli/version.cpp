@@ -17,7 +17,7 @@ std::string version_string() {
   const auto devices = available_devices();
   const bool gpu = std::find(devices.begin(), devices.end(), "cuda") != devices.end();
   v += std::string("; CUDA: yes, built with CUDA ") + CTRL_CUDA_VERSION + " (cuBLASLt loaded at run time); " +
-       (gpu ? "a CUDA device is present" : "no CUDA device found");
+       (gpu ? "a CUDA device is present" : "no CUDA device found (" + cuda_unavailable_reason() + ")");
 #else
   v += "; CUDA: no";
 #endif

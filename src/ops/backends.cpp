@@ -56,6 +56,14 @@ std::vector<std::string> available_devices() {
   return devices;
 }
 
+std::string cuda_unavailable_reason() {
+#ifdef CTRL_HAVE_CUDA
+  return cuda::no_device_reason();
+#else
+  return "this build has no CUDA";
+#endif
+}
+
 std::unique_ptr<Ops> make_ops(const std::string& device, int threads) {
   std::string name = device;
   const char* env = std::getenv("CTRL_DEVICE");
@@ -70,7 +78,8 @@ std::unique_ptr<Ops> make_ops(const std::string& device, int threads) {
 #endif
   if (const int gpu = cuda_index(name, count); gpu >= 0) {
 #ifdef CTRL_HAVE_CUDA
-    if (count == 0) fail("device '" + name + "'" + from_env + ": no CUDA device found (no GPU, or no NVIDIA driver)");
+    if (count == 0)
+      fail("device '" + name + "'" + from_env + ": no CUDA device found (" + cuda_unavailable_reason() + ")");
     if (gpu >= count)
       fail("device '" + name + "'" + from_env + ": this machine has " + std::to_string(count) +
            " CUDA device(s), numbered from 0");

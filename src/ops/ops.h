@@ -280,6 +280,10 @@ class Ops {
 // tests run them: "cpu", "checked", and "cuda" when the build has CUDA and a
 // CUDA device is present.
 std::vector<std::string> available_devices();
+// Why "cuda" is not among them: "no NVIDIA driver", "no GPU", the CUDA
+// runtime's error with the driver's and the build's CUDA versions (a driver
+// too old for this build), or "this build has no CUDA"; "" when it is.
+std::string cuda_unavailable_reason();
 // The backend called `device` (train.device / --device): "cpu", "checked"
 // (the CPU backend whose memory host code cannot touch: a stray access dies
 // naming the buffer), "cuda" (GPU 0) or "cuda:N" (GPU N). threads > 0 sets a

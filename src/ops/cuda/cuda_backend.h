@@ -11,6 +11,9 @@ namespace ctrl::cuda {
 // CUDA devices this process can use; 0 when there is no driver or no device
 // (never throws, prints nothing).
 int device_count();
+// Why device_count() is 0 (ops.h, cuda_unavailable_reason); "" when a
+// device is present.
+std::string no_device_reason();
 // The backend on GPU `device` (0-based, as in --device cuda:N).
 std::unique_ptr<Ops> make_cuda_ops(int device);
 

@@ -29,6 +29,18 @@ int device_count() {
   return n;
 }
 
+std::string no_device_reason() {
+  int driver = 0, n = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) return "no NVIDIA driver";
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  cudaGetLastError();
+  if (e == cudaSuccess) return n > 0 ? "" : "no GPU";
+  if (e == cudaErrorNoDevice) return "no GPU";
+  auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  return std::string(cudaGetErrorString(e)) + ": driver supports CUDA " + version(driver) + ", this build needs " +
+         version(CUDART_VERSION);
+}
+
 std::unique_ptr<Ops> make_cuda_ops(int device) { return std::make_unique<CudaOps>(device); }
 
 CudaOps::CudaOps(int device) : device_(device) {

@@ -232,6 +232,9 @@ void CudaOps::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
       ok = ok && lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == 0;
       ok = ok && lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                 sizeof bias_type) == 0;
+      // The heuristic reads the bias pointer's alignment (cublasLt.h): give it
+      // the real one, not null; the key holds that alignment.
+      ok = ok && lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) == 0;
     }
     ok = ok && lt.cublasLtMatrixLayoutCreate(&p->a, in, tb ? k : m, tb ? m : k, ldb) == 0;
     ok = ok && lt.cublasLtMatrixLayoutCreate(&p->b, in, ta ? n : k, ta ? k : n, lda) == 0;
