@@ -30,6 +30,7 @@
 
 #include "core/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/run_dir.h"
 #ifdef CTRL_HAVE_NCCL
 #include "ops/cuda/cuda_backend.h"
 #endif
@@ -328,6 +329,10 @@ TEST(MpiTrainerFailure, StoppedRankIsCaughtByTheTimeout) {
   // Rank 1 stops itself before step 8, but on a loaded machine mpiexec's
   // daemon has been seen to let it run on for a few steps before the stop
   // held; what must hold is that whatever checkpoint is newest verifies.
+  // The watchdog ends the job at once, so rank 0 may be mid-way through
+  // writing one (a .tmp.<pid> was seen under ctest -j2); the next training
+  // to open the run directory removes such leftovers, as it would here.
+  { RunDir next(dir); }
   EXPECT_GE(newest_intact_checkpoint(dir), 6);
 }
 
