@@ -1,4 +1,3 @@
-#include <algorithm>
 #include <string>
 
 #include "ops/ops.h"
@@ -14,10 +13,9 @@ std::string version_string() {
   v += "; MPI: no, single process only";
 #endif
 #ifdef CTRL_HAVE_CUDA
-  const auto devices = available_devices();
-  const bool gpu = std::find(devices.begin(), devices.end(), "cuda") != devices.end();
+  const std::string missing = cuda_unavailable_reason();  // "" when a device is present
   v += std::string("; CUDA: yes, built with CUDA ") + CTRL_CUDA_VERSION + " (cuBLASLt loaded at run time); " +
-       (gpu ? "a CUDA device is present" : "no CUDA device found (" + cuda_unavailable_reason() + ")");
+       (missing.empty() ? "a CUDA device is present" : "no CUDA device found (" + missing + ")");
 #else
   v += "; CUDA: no";
 #endif
