@@ -85,8 +85,8 @@ std::unique_ptr<Ops> make_ops(const std::string& device, int threads) {
            " CUDA device(s), numbered from 0");
     return cuda::make_cuda_ops(gpu);
 #else
-    fail("device '" + name + "'" + from_env +
-         ": this build has no CUDA (rebuild where nvcc is installed; CMake's CTRL_WITH_CUDA)");
+    fail("device '" + name + "'" + from_env + ": " + cuda_unavailable_reason() +
+         " (rebuild where nvcc is installed; CMake's CTRL_WITH_CUDA)");
 #endif
   }
   std::string known;
