@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "ops/cuda/cuda_ops.h"
@@ -78,6 +79,15 @@ inline unsigned blocks_for(size_t n, unsigned threads = 256) {
   if (b < 1) b = 1;
   if (b > 65535u * 8) b = 65535u * 8;
   return unsigned(b);
+}
+
+// Rows per chunk of a two-stage column reduction (column sums, LayerNorm's
+// parameter gradients): 64, or more when that would need over 65535 chunks,
+// the grid's y limit. A function of the row count alone, so a shape always
+// sums in the same order.
+inline int64_t chunk_rows(int64_t rows) {
+  constexpr int64_t kRows = 64, kMaxChunks = 65535;
+  return std::max(kRows, (rows + kMaxChunks - 1) / kMaxChunks);
 }
 
 }  // namespace ctrl::cuda

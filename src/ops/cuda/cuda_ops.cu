@@ -101,7 +101,7 @@ CudaOps::~CudaOps() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   for (void* p : slots_) cudaFree(p);
-  cudaFree(positions_);
+  for (auto& [width, table] : positions_) cudaFree(table.data);
   cudaFree(segments_dev_);
   cudaFree(workspace_);
   release_gemm();
@@ -179,18 +179,19 @@ void* CudaOps::scratch(Slot slot, size_t bytes) {
 }
 
 const float* CudaOps::positions(int64_t T, int64_t D) {
-  if (positions_ && positions_D_ == D && positions_T_ >= T) return positions_;
-  const int64_t rows = std::max<int64_t>(T, positions_D_ == D ? 2 * positions_T_ : T);
+  PositionTable& table = positions_[D];
+  if (table.data && table.rows >= T) return table.data;
+  const int64_t rows = std::max<int64_t>(T, 2 * table.rows);
   std::vector<float> host(size_t(rows * D));
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t c = 0; c < D; ++c) host[size_t(t * D + c)] = sinusoid(t, c, D);
-  CTRL_CUDA(cudaStreamSynchronize(stream_));
-  device_free(positions_);
-  positions_ = nullptr;
-  positions_ = static_cast<float*>(device_malloc(host.size() * sizeof(float), "the position table"));
-  upload(positions_, host.data(), host.size() * sizeof(float));  // on stream_: kernels queued later see the table
-  positions_T_ = rows, positions_D_ = D;
-  return positions_;
+  CTRL_CUDA(cudaStreamSynchronize(stream_));  // earlier kernels may still read the old table
+  device_free(table.data);
+  table = {};
+  table.data = static_cast<float*>(device_malloc(host.size() * sizeof(float), "the position table"));
+  upload(table.data, host.data(), host.size() * sizeof(float));  // on stream_: kernels queued later see the table
+  table.rows = rows;
+  return table.data;
 }
 
 }  // namespace ctrl::cuda

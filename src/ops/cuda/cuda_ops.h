@@ -4,6 +4,9 @@
 // as on the CPU). Private to this folder and ops/backends.cpp.
 //
 // Promises beyond ops.h:
+//  - Ops are called on a thread whose current device is this backend's (the
+//    thread that made it; the NCCL communicator's thread sets it itself).
+//    Allocation and transfers set the device themselves.
 //  - Asynchronous: ops return once their work is queued on the stream.
 //    download() and synchronize() wait for it; upload() returns when the host
 //    buffer may be reused.
@@ -125,7 +128,7 @@ class CudaOps final : public Ops {
               kWidenTeacherH, kWidenTeacherW, kHeadKl, kSlots };
   void* scratch(Slot slot, size_t bytes);
   // The sinusoidal table [rows >= T, D] in device memory, from the host's
-  // ops/positions.h values (uploaded once per width and growth).
+  // ops/positions.h values (uploaded once per width and per growth in T).
   const float* positions(int64_t T, int64_t D);
 
  private:
@@ -151,8 +154,12 @@ class CudaOps final : public Ops {
   std::map<std::string, GemmPlan*> plans_;
   void* slots_[kSlots] = {};
   size_t slot_bytes_[kSlots] = {};
-  float* positions_ = nullptr;
-  int64_t positions_T_ = 0, positions_D_ = 0;
+  // One table per width: a student and its teacher (distillation) may differ.
+  struct PositionTable {
+    float* data = nullptr;
+    int64_t rows = 0;
+  };
+  std::map<int64_t, PositionTable> positions_;
   // The optimizer's segment table on the device, re-uploaded when the list changes.
   std::vector<UpdateSegment> segments_host_;
   void* segments_dev_ = nullptr;

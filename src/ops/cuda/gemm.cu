@@ -176,15 +176,16 @@ __global__ void convert_kernel(void* dst, int kd, const void* src, int ks, size_
 }
 
 // Column sums in two fixed stages: block (x, y) sums rows [y·R, (y+1)·R) of
-// columns [x·32, +32) into partial[y][col] (rows in order, one thread per
-// column), then one thread per column adds the partials in order.
-constexpr int64_t kSumRows = 64;
-__global__ void column_partials(float* partial, const void* x, int kx, int64_t rows, int64_t cols, int64_t ld) {
+// columns [x·128, +128) into partial[y][col] (rows in order, one thread per
+// column), then one thread per column adds the partials in order. R comes
+// from chunk_rows(), a function of the row count alone.
+__global__ void column_partials(float* partial, const void* x, int kx, int64_t rows, int64_t cols, int64_t ld,
+                                int64_t rows_per_chunk) {
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, y = blockIdx.y;
   if (c >= cols) return;
-  const int64_t r1 = min(rows, (y + 1) * kSumRows);
+  const int64_t r1 = min(rows, (y + 1) * rows_per_chunk);
   float acc = 0;
-  for (int64_t r = y * kSumRows; r < r1; ++r) acc += load(x, kx, size_t(r * ld + c));
+  for (int64_t r = y * rows_per_chunk; r < r1; ++r) acc += load(x, kx, size_t(r * ld + c));
   partial[y * cols + c] = acc;
 }
 __global__ void add_partials(float* out, const float* partial, int64_t chunks, int64_t cols) {
@@ -309,10 +310,10 @@ void CudaOps::convert(TensorRef dst, TensorRef src, size_t n) {
 
 void CudaOps::add_column_sums(float* out, TensorRef x, int64_t rows, int64_t cols, int64_t ld) {
   if (rows == 0 || cols == 0) return;
-  const int64_t chunks = (rows + kSumRows - 1) / kSumRows;
+  const int64_t per_chunk = chunk_rows(rows), chunks = (rows + per_chunk - 1) / per_chunk;
   float* partial = static_cast<float*>(scratch(kPartials, size_t(chunks * cols) * sizeof(float)));
   const dim3 grid(unsigned((cols + 127) / 128), unsigned(chunks));
-  column_partials<<<grid, 128, 0, stream_>>>(partial, x.data, kind_of(x.dtype), rows, cols, ld);
+  column_partials<<<grid, 128, 0, stream_>>>(partial, x.data, kind_of(x.dtype), rows, cols, ld, per_chunk);
   CTRL_CUDA_LAUNCHED("column_partials");
   add_partials<<<unsigned((cols + 127) / 128), 128, 0, stream_>>>(out, partial, chunks, cols);
   CTRL_CUDA_LAUNCHED("add_partials");

@@ -9,7 +9,6 @@ namespace ctrl::cuda {
 namespace {
 
 constexpr int kRowsPerBlock = 8;  // warps per block, one row each
-constexpr int64_t kChunkRows = 64;
 
 __global__ void layernorm_forward_kernel(void* out, int ko, float* mean, float* rstd, const void* in, int ki,
                                          const float* gamma, const float* beta, int64_t N, int64_t D, float eps) {
@@ -53,12 +52,13 @@ __global__ void layernorm_backward_rows(float* din, const float* dout, const voi
 
 // partial[chunk][c] = Σ_rows dy·x̂ and partial[chunks + chunk][c] = Σ_rows dy over the chunk's rows, in order.
 __global__ void layernorm_param_partials(float* partial, const float* dout, const void* in, int ki, const float* mean,
-                                         const float* rstd, int64_t N, int64_t D, int64_t chunks) {
+                                         const float* rstd, int64_t N, int64_t D, int64_t chunks,
+                                         int64_t rows_per_chunk) {
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, y = blockIdx.y;
   if (c >= D) return;
-  const int64_t r1 = min(N, (y + 1) * kChunkRows);
+  const int64_t r1 = min(N, (y + 1) * rows_per_chunk);
   float g = 0, b = 0;
-  for (int64_t r = y * kChunkRows; r < r1; ++r) {
+  for (int64_t r = y * rows_per_chunk; r < r1; ++r) {
     const float dy = dout[r * D + c];
     g += dy * ((load(in, ki, size_t(r * D + c)) - mean[r]) * rstd[r]);
     b += dy;
@@ -94,10 +94,10 @@ void CudaOps::layernorm_backward(TensorRef din, float* dgamma, float* dbeta, Ten
   layernorm_backward_rows<<<blocks, 32 * kRowsPerBlock, 0, stream_>>>(din.f32(), dout.f32(), in.data,
                                                                      kind_of(in.dtype), mean, rstd, gamma, N, D);
   CTRL_CUDA_LAUNCHED("layernorm_backward_rows");
-  const int64_t chunks = (N + kChunkRows - 1) / kChunkRows;
+  const int64_t per_chunk = chunk_rows(N), chunks = (N + per_chunk - 1) / per_chunk;
   float* partial = static_cast<float*>(scratch(kPartials, size_t(2 * chunks * D) * sizeof(float)));
   layernorm_param_partials<<<dim3(unsigned((D + 127) / 128), unsigned(chunks)), 128, 0, stream_>>>(
-      partial, dout.f32(), in.data, kind_of(in.dtype), mean, rstd, N, D, chunks);
+      partial, dout.f32(), in.data, kind_of(in.dtype), mean, rstd, N, D, chunks, per_chunk);
   CTRL_CUDA_LAUNCHED("layernorm_param_partials");
   layernorm_param_finish<<<unsigned((D + 127) / 128), 128, 0, stream_>>>(dgamma, dbeta, partial, D, chunks);
   CTRL_CUDA_LAUNCHED("layernorm_param_finish");
