@@ -191,16 +191,20 @@ TEST(Bf16Ops, ReluBackwardOnBf16Gradient) {
 }
 
 // The backend says when a precision is not native: fp16 always on the CPU
-// (no fp16 products), bf16 exactly when oneDNN finds no AVX512-BF16 or AMX.
-// Widened bf16 products need no note (they run at fp32's speed less the conversions).
+// (no fp16 products), bf16 exactly when oneDNN emulates its bf16 kernels (it
+// has them but finds no AVX512-BF16 or AMX). Widened bf16 products, chosen or
+// for want of oneDNN kernels, need no note (fp32's speed less the conversions).
 TEST(Bf16Ops, PrecisionNoteSaysWhenProductsAreNotNative) {
   auto ops = test_support::make_cpu_reference();
   const bool saved = cpu::bf16_widened();
   cpu::set_bf16_widened(false);
   EXPECT_EQ(ops->precision_note(DType::F32), "");
   EXPECT_NE(ops->precision_note(DType::F16).find("widened to fp32"), std::string::npos);
-  EXPECT_EQ(ops->precision_note(DType::BF16).empty(), cpu::cpu_has_native_bf16());
-  EXPECT_EQ(ops->bf16_path(), cpu::cpu_has_native_bf16() ? "native" : "emulated");
+  const std::string path = !cpu::onednn_has_bf16_matmul() ? "widened"
+                           : cpu::cpu_has_native_bf16()   ? "native"
+                                                          : "emulated";
+  EXPECT_EQ(ops->bf16_path(), path);
+  EXPECT_EQ(ops->precision_note(DType::BF16).empty(), path != "emulated");
   cpu::set_bf16_widened(true);
   EXPECT_EQ(ops->precision_note(DType::BF16), "");
   EXPECT_EQ(ops->bf16_path(), "widened");
@@ -209,15 +213,28 @@ TEST(Bf16Ops, PrecisionNoteSaysWhenProductsAreNotNative) {
 
 // train.cpu_bf16: native and widened are taken as given; auto measures both
 // paths once per process and then repeats its answer without measuring.
+// Without oneDNN bf16 kernels for the CPU every setting widens and says why.
 TEST(Bf16Ops, ChoosingTheBf16PathMeasuresOncePerProcess) {
   auto ops = test_support::make_cpu_reference();
   const bool saved = cpu::bf16_widened();
-  Ops::Bf16Choice c = ops->choose_bf16_products("widened", 0);
+  Ops::Bf16Choice c;
+  if (!cpu::onednn_has_bf16_matmul()) {  // nothing to choose: every setting widens, and says why
+    for (const char* setting : {"native", "widened", "auto"}) {
+      c = ops->choose_bf16_products(setting, 0.01);
+      EXPECT_TRUE(c.widened && c.no_bf16_kernels && cpu::bf16_widened()) << setting;
+      EXPECT_EQ(c.native_gflops, 0);
+      EXPECT_EQ(c.describe(), "widened to fp32 (oneDNN has no bf16 products for this CPU)");
+    }
+    EXPECT_EQ(ops->bf16_path(), "widened");
+    cpu::set_bf16_widened(saved);
+    return;
+  }
+  c = ops->choose_bf16_products("widened", 0);
   EXPECT_TRUE(c.widened && cpu::bf16_widened());
   EXPECT_EQ(c.native_gflops, 0);
   EXPECT_EQ(c.describe(), "widened to fp32 (train.cpu_bf16)");
   c = ops->choose_bf16_products("native", 0);
-  EXPECT_FALSE(c.widened || cpu::bf16_widened());
+  EXPECT_FALSE(c.widened || c.no_bf16_kernels || cpu::bf16_widened());
   const Ops::Bf16Choice first = ops->choose_bf16_products("auto", 0.01),
                         second = ops->choose_bf16_products("auto", 0.01);
   EXPECT_EQ(first.widened, second.widened);

@@ -14,6 +14,7 @@ namespace ctrl {
 
 std::string Ops::Bf16Choice::describe() const {
   const std::string path = widened ? "widened to fp32" : "native";
+  if (no_bf16_kernels) return path + " (oneDNN has no bf16 products for this CPU)";
   if (native_gflops <= 0) return path + " (train.cpu_bf16)";
   char line[200];
   std::snprintf(line, sizeof line,

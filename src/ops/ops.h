@@ -142,11 +142,13 @@ class Ops {
   // bf16 kernels), "widened" (fp32 products of the bf16 values), or "auto":
   // both measured for about `seconds` each, widened when it is at least
   // kWidenedWorthIt times faster. auto measures once per process and then
-  // repeats that answer, so the runs of one process agree. Returns the path
+  // repeats that answer, so the runs of one process agree. Where oneDNN has no
+  // bf16 kernels for the CPU every setting runs widened. Returns the path
   // taken and what was measured (0: not measured this call). Other backends
   // run bf16 natively and measure nothing.
   struct Bf16Choice {
     bool widened = false;
+    bool no_bf16_kernels = false;  // oneDNN has no bf16 products for this CPU: always widened
     double native_gflops = 0, widened_gflops = 0;
     // For the user: "widened to fp32 (auto measured oneDNN's bf16 kernels at
     // 153.4 GFLOP/s, the widened products at 263.1; ...)", or "native (train.cpu_bf16)" when pinned.
@@ -155,7 +157,8 @@ class Ops {
   static constexpr double kWidenedWorthIt = 1.1;
   virtual Bf16Choice choose_bf16_products(const std::string& setting, double seconds) { return {}; }
   // The bf16 products as they run now: "native", "emulated" (oneDNN's kernels
-  // on a CPU without AVX512-BF16 or AMX) or "widened".
+  // on a CPU without AVX512-BF16 or AMX) or "widened" (chosen, or no oneDNN
+  // bf16 kernels for this CPU).
   virtual std::string bf16_path() const { return "native"; }
   // What a user should know about running products in `low` precision on this
   // backend's hardware (emulated, or no faster than fp32), or "" when it runs natively.

@@ -152,7 +152,7 @@ std::string CpuOps::precision_note(DType low) const {
 }
 
 std::string CpuOps::bf16_path() const {
-  if (bf16_widened()) return "widened";
+  if (bf16_widened() || !onednn_has_bf16_matmul()) return "widened";
   return cpu_has_native_bf16() ? "native" : "emulated";
 }
 
@@ -160,7 +160,9 @@ Ops::Bf16Choice CpuOps::choose_bf16_products(const std::string& setting, double 
   CTRL_ASSERT(setting == "auto" || setting == "native" || setting == "widened");
   static std::optional<bool> measured_choice;  // auto's answer, once per process
   Bf16Choice c;
-  if (setting != "auto") {
+  if (!onednn_has_bf16_matmul()) {  // nothing to choose, whatever the setting
+    c.widened = c.no_bf16_kernels = true;
+  } else if (setting != "auto") {
     c.widened = setting == "widened";
   } else if (measured_choice) {
     c.widened = *measured_choice;

@@ -265,6 +265,19 @@ bool cpu_has_native_bf16() {
   return (isa & bf16) == bf16;
 }
 
+bool onednn_has_bf16_matmul() {
+  static const bool has = [] {
+    try {
+      const md x({16, 16}, dt::bf16, dims{16, 1}), y({16, 16}, dt::f32, dims{16, 1});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(x, x, y), engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
 double measure_gemm_peak_gflops(bool bf16, double seconds) {
   const int64_t n = 2048;  // large enough for peak, small enough for 2 cores
   std::vector<float> a(n * n), b(n * n), c(n * n);

@@ -53,6 +53,11 @@ void gemm_bf16_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 // GEMM library detects it; without it bf16 products are emulated (slower).
 bool cpu_has_native_bf16();
 
+// Whether oneDNN has bf16 matmul kernels for this CPU at all (oneDNN 2.6 has
+// none below AVX-512, e.g. on a Zen 3). Without them gemm_bf16 always widens,
+// whatever set_bf16_widened says, and so needs the widened path's memory.
+bool onednn_has_bf16_matmul();
+
 // Measured GEMM peak of this machine for the dtype with the current OpenMP
 // thread count: runs a large square GEMM repeatedly for about `seconds` (at
 // least twice) and returns the fastest repetition's GFLOP/s, so that a
