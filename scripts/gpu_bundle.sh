@@ -56,11 +56,10 @@ for bin in "$stage/bin/ctrl" "$stage/bin/ctrl_tests"; do
 done | sort -u | while read -r path; do cp -L "$path" "$stage/glibc/"; done
 # What the binaries need from NVIDIA, for gpu_check.sh to find on the GPU
 # machine: cuBLASLt, which the backend opens at run time (the toolkit's major
-# version first, then 12), NCCL (opened likewise), and anything ldd shows linked.
+# version only), NCCL (opened likewise), and anything ldd shows linked.
 cuda_major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
 {
   echo "libcublasLt.so.$cuda_major"
-  [[ $cuda_major == 12 ]] || echo "libcublasLt.so.12"
   echo "libnccl.so.2"  # opened at run time by the NCCL communicator (multi-GPU, --zero 1)
   for bin in "$stage/bin/ctrl" "$stage/bin/ctrl_tests"; do ldd "$bin" | awk '{print $1}'; done |
     grep -E '^(libcublas|libcudart)' || true

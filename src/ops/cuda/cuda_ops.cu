@@ -127,6 +127,10 @@ void* CudaOps::device_malloc(size_t bytes, const std::string& what) {
 void CudaOps::device_free(void* p) {
   if (!p) return;
   CTRL_CUDA(cudaFree(p));
+  forget(p);
+}
+
+void CudaOps::forget(void* p) {
   const auto it = sizes_.find(p);
   if (it != sizes_.end()) live_bytes_ -= it->second, sizes_.erase(it);
 }
@@ -140,9 +144,12 @@ void* CudaOps::allocate(size_t bytes, const char* name) {
 
 void CudaOps::release(void* p) {
   if (!p) return;
+  // Runs in destructors, during unwinding too: a failure here is a device
+  // fault that an earlier call has reported, so it is not thrown again.
   cudaSetDevice(device_);
   cudaStreamSynchronize(stream_);  // no queued op may still use it
-  device_free(p);
+  cudaFree(p);
+  forget(p);
 }
 
 void CudaOps::upload(void* dst, const void* host_src, size_t bytes) {

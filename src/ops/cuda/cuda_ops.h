@@ -138,12 +138,13 @@ class CudaOps final : public Ops {
   void head(TensorRef h, TensorRef w, const float* b, const int32_t* targets, int64_t N, int64_t D, int64_t V,
             float grad_scale, float* dh, float* dw, float* db, double* loss_sum, float* row_loss, float* logits,
             int64_t chunk_rows, const TeacherHead* teacher, float alpha, float temperature, double* kl_sum);
-  void init_gemm();     // loads cuBLASLt (libcublasLt.so.13 or .12) and makes the handle
+  void init_gemm();     // loads cuBLASLt (the major version built against) and makes the handle
   void release_gemm();  // the plans and the handle
   // Every device buffer comes from here, so that peak_device_bytes() sees it;
   // out of memory is a one-line error naming `what`.
   void* device_malloc(size_t bytes, const std::string& what);
   void device_free(void* p);
+  void forget(void* p);  // drops p from the live-bytes accounting
   int device_ = 0, sm_major_ = 0, sm_minor_ = 0;
   std::string gpu_name_;
   bool tf32_ = false;

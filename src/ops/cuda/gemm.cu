@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include "ops/cuda/common.cuh"
 
@@ -52,14 +53,13 @@ const LtApi& lt_api() {
       api.from = "CTRL_CUDA_NO_CUBLASLT=1";
       return;
     }
-    void* lib = nullptr;
-    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"})
-      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) {
-        api.from = name;
-        break;
-      }
+    // Only the major version this was compiled against: another major's
+    // enums and structs need not match the header's.
+    const std::string name = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    api.from = name;
     if (!lib) {
-      api.from = "libcublasLt.so.13 or .12 not found on the library path";
+      api.from += " not found on the library path (built with cuBLAS " + std::to_string(CUBLAS_VER_MAJOR) + ")";
       return;
     }
     bool ok = true;
@@ -103,14 +103,16 @@ struct CudaOps::GemmPlan {
 
 void CudaOps::init_gemm() {
   const LtApi& lt = lt_api();
+  std::string why = lt.from;
   if (lt.loaded) {
-    CTRL_CUDA(lt.cublasLtCreate(&lt_));
-    return;
+    const cublasStatus_t st = lt.cublasLtCreate(&lt_);
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    lt_ = nullptr;
+    why += ": cublasLtCreate failed with status " + std::to_string(int(st));
   }
   static std::once_flag warned;
   std::call_once(warned, [&] {
-    std::fprintf(stderr, "ctrl: cuda: no cuBLASLt (%s); matrix products run on a slow fallback kernel\n",
-                 lt.from.c_str());
+    std::fprintf(stderr, "ctrl: cuda: no cuBLASLt (%s); matrix products run on a slow fallback kernel\n", why.c_str());
   });
 }
 
@@ -281,9 +283,17 @@ void CudaOps::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
   if (p->usable) {
     if (bias)
       CTRL_CUDA(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    CTRL_CUDA(lt.cublasLtMatmul(lt_, p->desc, &alpha, B.data, p->a, A.data, p->b, &beta, C.data, p->c, C.data, p->c,
-                             &p->algo, workspace_, workspace_bytes_, stream_));
-    return;
+    const cublasStatus_t st = lt.cublasLtMatmul(lt_, p->desc, &alpha, B.data, p->a, A.data, p->b, &beta, C.data, p->c,
+                                                C.data, p->c, &p->algo, workspace_, workspace_bytes_, stream_);
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED) {
+      check(st, "cublasLtMatmul");
+      return;
+    }
+    // The heuristic offered an algorithm that the call then refused (e.g. an
+    // fp32 bias into a 16-bit C): the paths below take this key from now on.
+    p->usable = false;
+    if (std::getenv("CTRL_CUDA_VERBOSE"))
+      std::fprintf(stderr, "ctrl: cuda: cuBLASLt refused product %s at run time; using the paths without it\n", key);
   }
   if (bias && C.dtype != DType::F32 && lt_) {  // e.g. no fp32-bias epilogue into 16-bit C: fp32, then one rounding
     float* tmp = static_cast<float*>(scratch(kF32Out, size_t(M * N * batch) * sizeof(float)));
@@ -291,6 +301,17 @@ void CudaOps::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
     gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, tmp, N, bias);
     convert(C, tmp, size_t(M * N));
     return;
+  }
+  // A large product here costs seconds (a T4 without bf16 algorithms, or no
+  // cuBLASLt at all): say so once, whether or not CTRL_CUDA_VERBOSE is set.
+  if (lt_ && double(M) * double(N) * double(K) * double(batch) >= 1e9) {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      std::fprintf(stderr,
+                   "ctrl: cuda: a %lldx%lldx%lld product runs on the slow fallback kernel (cuBLASLt has no algorithm "
+                   "for its types or alignment on this GPU); CTRL_CUDA_VERBOSE=1 lists every such product\n",
+                   (long long)M, (long long)N, (long long)K);
+    });
   }
   gemm_fallback<<<blocks_for(size_t(M * N * batch)), 256, 0, stream_>>>(
       ta, tb, M, N, K, alpha, A.data, kind_of(A.dtype), lda, stride_a, B.data, kind_of(B.dtype), ldb, stride_b, beta,
