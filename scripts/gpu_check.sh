@@ -189,7 +189,7 @@ want bench && for run in tiny:fp32 tiny:bf16 small:fp32 small:bf16 base:bf16; do
     phase "$name" 25 env CTRL_CUDA_VERBOSE=1 "$work/run/ctrl" bench --device cuda --config "$cfg" --steps 10 \
       --warmup 3 --set train.precision=$prec --json
     # A product on the fallback kernel is correct but far too slow for a model's shapes: say so.
-    slow=$(grep -E 'cuBLASLt has no algorithm|no cuBLASLt' "$out/$name.log" 2>/dev/null)
+    slow=$(grep -E 'cuBLASLt has no algorithm|cuBLASLt refused|no cuBLASLt' "$out/$name.log" 2>/dev/null)
     [[ -n $slow ]] && row "${name}_fallback" WARN 0 \
       "$(wc -l <<<"$slow") line(s) on the fallback kernel: $(head -2 <<<"$slow" | tr '\n|' ' /' | head -c 240)"
     sed -n '/^{/,/^}/p' "$out/$name.log" >"$out/$name.result.json" 2>/dev/null
