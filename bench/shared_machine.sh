@@ -15,9 +15,10 @@
 #   threads:N    --threads N with the default wait (a pinned count: no adaptation)
 #
 # Prints a table: tokens/s quiet, tokens/s busy (median of ROUNDS), busy/quiet,
-# the median over rounds of busy against the same round's quiet runs of that
-# program (its settings' median), and quiet against the first setting's
-# quiet, with a bar per row.
+# the median over rounds of busy against the same round's quiet run of the
+# program's reference (its first setting: ctrl's first POLICIES entry, PyTorch's
+# default; issue 15's measure when that is `default`), and quiet against the
+# reference's quiet, with a bar per row.
 #
 # Knobs (environment): PRESET=tiny BATCH=8 STEPS=12 WARMUP=2 ROUNDS=3 THREADS=$(nproc)
 # POLICIES="default spin:20000 passive active threads:1" CTRL=build/ctrl
@@ -128,24 +129,22 @@ for line in open(sys.argv[1]):
     by_round.setdefault((r, mode), {})[s] = float(tps)
 settings = sys.argv[2:]
 med = {k: statistics.median(v) for k, v in runs.items()}
-first = {}
+reference = {}
 for s in settings:
-    first.setdefault(s.split()[0], med[(s, "quiet")])
-# Per round: a setting's busy run against the median of the same program's
-# quiet runs in that round (minutes apart, so the host's drift cancels).
+    reference.setdefault(s.split()[0], s)
+# Per round: a setting's busy run against the same round's quiet run of its
+# program's first setting (the reference: what that program gives on a quiet
+# machine; minutes apart, so the host's drift cancels).
 def round_ratio(s):
-    ratios = []
-    for (r, mode), got in by_round.items():
-        if mode != "busy" or s not in got:
-            continue
-        quiet = [t for k, t in by_round[(r, "quiet")].items() if k.split()[0] == s.split()[0]]
-        ratios.append(got[s] / statistics.median(quiet))
+    ratios = [got[s] / by_round[(r, "quiet")][reference[s.split()[0]]]
+              for (r, mode), got in by_round.items() if mode == "busy" and s in got]
     return statistics.median(ratios)
-print("| setting | quiet tokens/s | busy tokens/s | busy / quiet | busy / quiet by round | quiet / default quiet | busy |")
+print("| setting | quiet tokens/s | busy tokens/s | busy / quiet | busy / reference quiet, by round | quiet / reference quiet | busy |")
 print("|---|---:|---:|---:|---:|---:|---|")
 for s in settings:
     q, b = med[(s, "quiet")], med[(s, "busy")]
     bar = "█" * round(20 * b / q)
-    print(f"| {s} | {q:,.0f} | {b:,.0f} | {b / q:.2f} | {round_ratio(s):.2f} | {q / first[s.split()[0]]:.3f} | {bar} |")
+    ref_quiet = med[(reference[s.split()[0]], "quiet")]
+    print(f"| {s} | {q:,.0f} | {b:,.0f} | {b / q:.2f} | {round_ratio(s):.2f} | {q / ref_quiet:.3f} | {bar} |")
 EOF
 echo "shared_machine: runs and table in $out" >&2
