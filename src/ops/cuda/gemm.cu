@@ -302,8 +302,9 @@ void CudaOps::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
     convert(C, tmp, size_t(M * N));
     return;
   }
-  // A large product here costs seconds (a T4 without bf16 algorithms, or no
-  // cuBLASLt at all): say so once, whether or not CTRL_CUDA_VERBOSE is set.
+  // With cuBLASLt loaded, a large product here (e.g. bf16 on a T4, where it
+  // may have no algorithm) costs seconds: say so once, whether or not
+  // CTRL_CUDA_VERBOSE is set. Without cuBLASLt, init_gemm has said it.
   if (lt_ && double(M) * double(N) * double(K) * double(batch) >= 1e9) {
     static std::once_flag warned;
     std::call_once(warned, [&] {
