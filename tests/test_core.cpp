@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -46,6 +48,20 @@ TEST(Sysinfo, CgroupQuotaRoundsUpToWholeCpus) {
 
 // The memory check counts the threads the backend will start with: OMP_NUM_THREADS
 // (a list's first number) when it is a positive number, else the usable CPUs.
+// A probe's freed buffers stop counting as the process's peak once reset.
+TEST(Sysinfo, PeakRssResetsToTheCurrentResidentMemory) {
+  const size_t bytes = size_t(256) << 20;
+  // mmap, not the heap: an allocator (ASan's quarantine) may keep freed memory resident.
+  void* big = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(big, MAP_FAILED);
+  std::memset(big, 1, bytes);  // touched: resident
+  EXPECT_GE(peak_rss_bytes(), bytes);
+  munmap(big, bytes);
+  const uint64_t before = peak_rss_bytes();
+  ASSERT_TRUE(reset_peak_rss()) << "/proc/self/clear_refs refused (Linux 4.0+)";
+  EXPECT_LT(peak_rss_bytes() + bytes / 2, before) << "the freed 256 MiB still count";
+}
+
 TEST(Sysinfo, DefaultCpuThreadsFollowOmpNumThreads) {
   const char* saved = std::getenv("OMP_NUM_THREADS");
   const std::string before = saved ? saved : "";

@@ -19,6 +19,7 @@
 #include "test_support.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
+#include "train/synthetic_steps.h"
 
 using namespace ctrl;
 
@@ -200,14 +201,16 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
     r.micro_batch = c.train.micro_batch;
     r.cpu_threads = threads;
     EXPECT_EQ(double(plan::make_plan(r).memory.total()), predicted) << precision;
-    // bf16 also times an fp32 product and advises fp32 exactly when the shared rule says so.
+    // bf16 also times steps in both precisions and advises fp32 exactly when
+    // the shared rule says so.
     if (std::string(precision) == "bf16") {
-      const double bf16_peak = j.at("gemm_peak_gflops").get<double>(),
-                   fp32_peak = j.at("fp32_gemm_peak_gflops").get<double>();
-      EXPECT_GT(fp32_peak, 0);
-      EXPECT_EQ(j.contains("precision_advice"), fp32_peak >= plan::kFp32WorthSwitching * bf16_peak) << out;
+      EXPECT_GE(j.at("bf16_probe_layers").get<int64_t>(), 1) << out;
+      const double bf16_step = j.at("bf16_probe_step_s").get<double>(),
+                   fp32_step = j.at("fp32_probe_step_s").get<double>();
+      EXPECT_GT(fp32_step, 0);
+      EXPECT_EQ(j.contains("precision_advice"), bf16_step >= plan::kFp32WorthSwitching * fp32_step) << out;
     } else {
-      EXPECT_FALSE(j.contains("fp32_gemm_peak_gflops"));
+      EXPECT_FALSE(j.contains("fp32_probe_step_s"));
     }
   }
 }
@@ -531,24 +534,66 @@ TEST(Plan, BadFlagsGiveOneLineErrors) {
   }
 }
 
-// The figures measured on three CPUs: a Xeon with AVX512-BF16 but no AMX
-// (bf16 142 GFLOP/s, fp32 254), an EPYC without AVX512-BF16 (emulated), and a
-// Zen 5 whose native bf16 ran 1.8x faster than fp32 (no advice there).
-TEST(Plan, Bf16AdviceFollowsTheMeasuredProductsNotTheIsa) {
-  const std::string native = plan::bf16_slower_advice(141.7, 253.9, "native");
-  EXPECT_NE(native.find("141.7 GFLOP/s"), std::string::npos) << native;
-  EXPECT_NE(native.find("(native bf16, yet slower)"), std::string::npos) << native;
-  EXPECT_NE(native.find("train.precision=fp32 runs the products 1.8x faster"), std::string::npos) << native;
-  const std::string emulated = plan::bf16_slower_advice(20, 70, "emulated", 3 * 3600);
-  EXPECT_NE(emulated.find("emulated"), std::string::npos) << emulated;
+// Whole-step times: the advice follows what was measured on the CPU, whatever
+// its path. The widened figures are this Zen 3's (no oneDNN bf16 kernels),
+// where the products' peaks matched and only steps showed fp32's lead.
+TEST(Plan, Bf16AdviceFollowsTheMeasuredStepsNotTheProducts) {
+  auto times = [](double bf16, double fp32, int64_t layers, int64_t of) {
+    plan::Bf16StepTimes t;
+    t.measured = true, t.bf16_step_s = bf16, t.fp32_step_s = fp32, t.layers = layers, t.of_layers = of;
+    return t;
+  };
+  const std::string widened = plan::bf16_slower_advice(times(1.575, 1.370, 1, 6), "widened");
+  EXPECT_NE(widened.find("measured 1.575 s on this CPU against fp32's 1.370 s"), std::string::npos) << widened;
+  EXPECT_NE(widened.find("(this model cut to 1 of its 6 layers; products widened to fp32's, plus the conversions)"),
+            std::string::npos)
+      << widened;
+  EXPECT_NE(widened.find("--set train.precision=fp32 runs 1.15x faster"), std::string::npos) << widened;
+  const std::string emulated = plan::bf16_slower_advice(times(3.5, 1.0, 4, 4), "emulated", 3 * 3600);
+  EXPECT_NE(emulated.find("(this model; emulated: no AVX512-BF16 or AMX)"), std::string::npos) << emulated;
   EXPECT_NE(emulated.find("take about 51m"), std::string::npos) << emulated;
   EXPECT_NE(emulated.find("instead of 3h"), std::string::npos) << emulated;
-  EXPECT_NE(emulated.find("3.5x sooner; --precision fp32"), std::string::npos) << emulated;
-  EXPECT_EQ(plan::bf16_slower_advice(120, 70, "native"), "");   // Zen 5: bf16 the faster
-  EXPECT_EQ(plan::bf16_slower_advice(65, 70, "emulated"), "");  // cheap emulation: under 1.15x
-  EXPECT_NE(plan::bf16_slower_advice(60, 70, "emulated"), "");  // 1.17x
-  // Widened products on the Xeon (252.8 against fp32's 303.7): the conversions' cost, 1.2x.
-  const std::string widened = plan::bf16_slower_advice(252.8, 303.7, "widened");
-  EXPECT_NE(widened.find("(widened to fp32 products, plus the conversions)"), std::string::npos) << widened;
-  EXPECT_NE(widened.find("1.2x faster"), std::string::npos) << widened;
+  EXPECT_NE(emulated.find("(3.50x sooner; --set train.precision=fp32)"), std::string::npos) << emulated;
+  EXPECT_NE(plan::bf16_slower_advice(times(1.8, 1.0, 1, 12), "native").find("native bf16 products, yet slower"),
+            std::string::npos);
+  EXPECT_EQ(plan::bf16_slower_advice(times(0.6, 1.0, 1, 12), "native"), "");   // Zen 5: bf16 the faster
+  EXPECT_EQ(plan::bf16_slower_advice(times(1.09, 1.0, 1, 6), "widened"), "");  // under kFp32WorthSwitching
+  EXPECT_NE(plan::bf16_slower_advice(times(1.11, 1.0, 1, 6), "widened"), "");
+  plan::Bf16StepTimes skipped = times(2, 1, 1, 6);
+  skipped.measured = false;
+  EXPECT_EQ(plan::bf16_slower_advice(skipped, "widened"), "") << "no advice without a measurement";
+}
+
+// The probe runs real steps of the model in both precisions on the caller's
+// backend, cut to the layers that fit the memory it may take, and leaves
+// the backend's bf16 path as it found it.
+TEST(Plan, Bf16ProbeTimesBothPrecisionsOnWhatFits) {
+  const Config c = config_of("tiny", {"train.precision=bf16", "train.micro_batch=2"});
+  auto ops = make_ops("cpu", 1);
+  const bool was_widened = cpu::bf16_widened();  // process-wide: restored for the tests after this one
+  ops->choose_bf16_products("widened", 0);
+  const plan::Bf16StepTimes whole = probe_bf16_steps(c, *ops, 0);
+  ASSERT_TRUE(whole.measured) << whole.skipped;
+  EXPECT_EQ(whole.layers, 4);
+  EXPECT_EQ(whole.of_layers, 4);
+  EXPECT_GT(whole.bf16_step_s, 0);
+  EXPECT_GT(whole.fp32_step_s, 0);
+  EXPECT_EQ(ops->bf16_path(), "widened");
+  // Room for both copies at 2 layers, not 3: cut to 2.
+  auto both = [&](int64_t layers) {
+    Config b = c, f = c;
+    b.model.n_layer = f.model.n_layer = layers;
+    f.train.precision = "fp32";
+    return plan::memory_estimate(b, 2, 1, 0).buffers() + plan::memory_estimate(f, 2, 1, 0).buffers();
+  };
+  const plan::Bf16StepTimes cut = probe_bf16_steps(c, *ops, 0, (both(2) + both(3)) / 2);
+  ASSERT_TRUE(cut.measured) << cut.skipped;
+  EXPECT_EQ(cut.layers, 2);
+  EXPECT_EQ(plan::bf16_slower_advice({true, "", 2, 4, 2.0, 1.0}, "widened").find("cut to 2 of its 4 layers") !=
+                std::string::npos,
+            true);
+  const plan::Bf16StepTimes none = probe_bf16_steps(c, *ops, 0, both(1) - 1);
+  EXPECT_FALSE(none.measured);
+  EXPECT_NE(none.skipped.find("cut to 1 layer need"), std::string::npos) << none.skipped;
+  cpu::set_bf16_widened(was_widened);
 }

@@ -8,10 +8,9 @@
 #include "cli/command.h"
 #include "core/sysinfo.h"
 #include "model/model.h"
-#include "plan/plan.h"
 #include "ops/profiled_ops.h"
-#include "train/batches.h"
-#include "train/optimizer.h"
+#include "plan/plan.h"
+#include "train/synthetic_steps.h"
 
 namespace ctrl::cli {
 namespace {
@@ -23,8 +22,10 @@ const char* kUsage =
     "synthetic tokens, after --warmup untimed steps (default 2; --steps default 10), and prints\n"
     "it/s, tokens/s, achieved FLOP/s and its share of this machine's measured GEMM peak (of the\n"
     "precision, --set train.precision=bf16 for mixed precision),\n"
-    "peak memory (and on a GPU its peak device memory), and the CPU and thread count. --profile adds the time spent in each op.\n"
-    "bf16 on a CPU also times an fp32 product and advises fp32 where it is at least 1.15x faster.\n";
+    "peak memory (and on a GPU its peak device memory), and the CPU and thread count.\n"
+    "--profile adds the time spent in each op.\n"
+    "bf16 on a CPU also times training steps of the model in bf16 and in fp32 (cut to the layers that\n"
+    "fit in a quarter of the memory available) and advises fp32 where its steps are at least 1.1x faster.\n";
 
 int run(const std::vector<std::string>& argv) {
   Args args("bench", kUsage);
@@ -51,21 +52,13 @@ int run(const std::vector<std::string>& argv) {
   // bf16 on a CPU: the products' path as `ctrl train` would choose it.
   const Ops::Bf16Choice bf16_choice =
       cpu_bf16 ? ops->choose_bf16_products(config.train.cpu_bf16, 0.2) : Ops::Bf16Choice{};
-  Model model(m, *ops, B, activation_dtype(config.train.precision));
-  model.init_weights();
-  Optimizer optimizer(config.train, model.layout(), *ops);
-  Batches batches = Batches::synthetic(m.vocab_size, T, 1);
-  std::vector<int32_t> tokens(size_t(B * T)), targets(size_t(B * T));
+  SyntheticSteps synthetic(config, *ops);
+  const Model& model = synthetic.model();
   double seconds = 0, loss = 0;
   int64_t thread_changes = 0;
   for (int64_t s = 0; s < warmup + steps; ++s) {
-    batches.train(s * B, B, tokens.data(), targets.data());
     const auto start = std::chrono::steady_clock::now();
-    model.zero_grads();
-    loss = model.forward_backward(tokens.data(), targets.data(), B, T, 1.0f / float(B * T), uint64_t(s)).mean();
-    optimizer.clip(model.grads, config.train.clip_norm);
-    optimizer.step(model.params, model.grads, config.train.lr);
-    ops->synchronize();  // a GPU backend's step has finished, not just been queued
+    loss = synthetic.step();
     const std::string adapted = ops->between_steps();  // as the trainer does, inside the timing
     if (!adapted.empty()) {
       ++thread_changes;
@@ -115,9 +108,16 @@ int run(const std::vector<std::string>& argv) {
       j["bf16_native_gflops"] = bf16_choice.native_gflops;
       j["bf16_widened_gflops"] = bf16_choice.widened_gflops;
     }
-    const double fp32_peak = ops->measure_peak_gflops(false, 1.0);
-    j["fp32_gemm_peak_gflops"] = fp32_peak;
-    advice = plan::bf16_slower_advice(peak / 1e9, fp32_peak, ops->bf16_path());
+    j["fp32_gemm_peak_gflops"] = ops->measure_peak_gflops(false, 1.0);
+    const plan::Bf16StepTimes times = probe_bf16_steps(config, *ops, 1.0);
+    if (times.measured) {
+      j["bf16_probe_layers"] = times.layers;
+      j["bf16_probe_step_s"] = times.bf16_step_s;
+      j["fp32_probe_step_s"] = times.fp32_step_s;
+    } else {
+      j["bf16_probe_skipped"] = times.skipped;
+    }
+    advice = plan::bf16_slower_advice(times, ops->bf16_path());
     if (!advice.empty()) j["precision_advice"] = advice;
   }
   if (args.has("json")) {

@@ -1,5 +1,6 @@
 // ctrl plan: does a model fit, at what batch, how long does training take and
 // what does it cost, from the engine's own layout tables (plan/plan.h).
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/args.h"
@@ -10,6 +11,7 @@
 #include "ops/ops.h"
 #include "plan/plan.h"
 #include "train/checkpoint.h"
+#include "train/synthetic_steps.h"
 
 namespace ctrl::cli {
 namespace {
@@ -98,10 +100,15 @@ int run(const std::vector<std::string>& argv) {
     if (!note.empty()) p.notes.push_back(note);
     if (r.config.train.precision == "bf16") p.notes.push_back("bf16 products " + bf16_choice.describe());
     if (r.config.train.precision == "bf16" && p.hours_no_overlap > 0) {
-      // The plan's own bf16 peak when it measured one (not calibrated from a file).
-      const double bf16 = r.cpu_peak_gflops > 0 ? r.cpu_peak_gflops : cpu->measure_peak_gflops(true, 0.3);
-      const double fp32 = cpu->measure_peak_gflops(false, 0.3);
-      const std::string advice = plan::bf16_slower_advice(bf16, fp32, cpu->bf16_path(), p.hours_no_overlap * 3600);
+      Config probed = r.config;  // at most the config's micro-batch: seconds, not the minutes of a large one
+      probed.train.micro_batch = std::min(p.micro_batch, r.config.train.micro_batch);
+      // Two steps in each precision (one untimed) at the planned speed of one rank.
+      const double seconds = 4.0 * double(probed.train.micro_batch * r.config.model.n_ctx) / (p.tokens_per_s / p.ranks);
+      std::fprintf(stderr, "timing bf16 and fp32 training steps of %s on this CPU (about %.0f s)...\n",
+                   r.config.preset.c_str(), std::max(1.0, seconds));
+      const plan::Bf16StepTimes times = probe_bf16_steps(probed, *cpu, 0.5);
+      if (!times.skipped.empty()) p.notes.push_back("bf16 against fp32 not measured: " + times.skipped);
+      const std::string advice = plan::bf16_slower_advice(times, cpu->bf16_path(), p.hours_no_overlap * 3600);
       if (!advice.empty()) p.notes.push_back(advice);
     }
   }

@@ -22,6 +22,13 @@ uint64_t peak_rss_bytes() {
   return uint64_t(u.ru_maxrss) * 1024;
 }
 
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  f.close();
+  return bool(f);
+}
+
 uint64_t current_rss_bytes() {
   std::ifstream f("/proc/self/statm");
   uint64_t size = 0, resident = 0;

@@ -7,6 +7,10 @@ namespace ctrl {
 
 uint64_t peak_rss_bytes();     // high-water mark of resident memory
 uint64_t current_rss_bytes();
+// Lowers the high-water mark to the current resident memory (Linux 4.0+,
+// /proc/self/clear_refs), so that a measurement's temporary buffers do not
+// count as the run's peak. False where the kernel refuses.
+bool reset_peak_rss();
 std::string cpu_model();       // e.g. "AMD EPYC 9R14"
 // The CPUs this process may run on: its affinity mask (taskset, a batch
 // scheduler's cpuset), bounded by the cgroup's CPU quota (docker --cpus,

@@ -714,27 +714,23 @@ std::string plan_text(const Plan& p) {
   return o.str();
 }
 
-std::string bf16_slower_advice(double bf16_gflops, double fp32_gflops, const std::string& bf16_path,
-                               double bf16_seconds) {
-  if (!(fp32_gflops >= kFp32WorthSwitching * bf16_gflops)) return "";
-  const double factor = fp32_gflops / bf16_gflops;
-  const char* how = bf16_path == "widened"    ? "widened to fp32 products, plus the conversions"
+std::string bf16_slower_advice(const Bf16StepTimes& times, const std::string& bf16_path, double bf16_seconds) {
+  if (!times.measured || !(times.bf16_step_s >= kFp32WorthSwitching * times.fp32_step_s)) return "";
+  const double factor = times.bf16_step_s / times.fp32_step_s;
+  const char* how = bf16_path == "widened"    ? "products widened to fp32's, plus the conversions"
                     : bf16_path == "emulated" ? "emulated: no AVX512-BF16 or AMX"
-                                              : "native bf16, yet slower";
-  char line[400];
-  const int n =
-      std::snprintf(line, sizeof line, "bf16 products measured %.1f GFLOP/s on this CPU against fp32's %.1f (%s)",
-                    bf16_gflops, fp32_gflops, how);
+                                              : "native bf16 products, yet slower";
+  const std::string on = times.layers == times.of_layers ? "this model"
+                                                         : "this model cut to " + std::to_string(times.layers) +
+                                                               " of its " + std::to_string(times.of_layers) + " layers";
+  const std::string line = fmt("a bf16 training step measured %.3f s on this CPU", times.bf16_step_s) +
+                           fmt(" against fp32's %.3f s (", times.fp32_step_s) + on + "; " + how + ")";
   if (bf16_seconds > 0)
-    std::snprintf(line + n, sizeof line - size_t(n),
-                  ": in fp32 this run would take about %s instead of %s (%.1fx sooner; --precision fp32)",
-                  Progress::format_duration(bf16_seconds / factor).c_str(),
-                  Progress::format_duration(bf16_seconds).c_str(), factor);
-  else
-    std::snprintf(line + n, sizeof line - size_t(n),
-                  ": --set train.precision=fp32 runs the products %.1fx faster (bf16 keeps the smaller activations)",
-                  factor);
-  return line;
+    return line + ": in fp32 this run would take about " + Progress::format_duration(bf16_seconds / factor) +
+           " instead of " + Progress::format_duration(bf16_seconds) + " (" + fmt("%.2fx", factor) +
+           " sooner; --set train.precision=fp32)";
+  return line + ": --set train.precision=fp32 runs " + fmt("%.2fx", factor) +
+         " faster (bf16 keeps the smaller activations)";
 }
 
 }  // namespace ctrl::plan

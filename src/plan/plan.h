@@ -203,18 +203,26 @@ struct Plan {
   std::string verdict;         // one line
 };
 
-// bf16 against fp32 on a CPU, from both products' peaks measured on it: bf16
-// is slower wherever oneDNN emulates it (no AVX512-BF16), and can be where it
-// is native: a Xeon with AVX512-BF16 but no AMX measured 142 GFLOP/s in bf16
-// against 254 in fp32 (PyTorch's oneDNN likewise), a Zen 5 ran bf16 1.8x
-// faster. One line for `ctrl train` and `ctrl plan` when fp32 is at least
-// kFp32WorthSwitching times faster, naming both figures and the flag; ""
-// otherwise. `bf16_seconds` > 0 adds the planned time in both precisions
-// (compute-bound: time scales with the peak).
-constexpr double kFp32WorthSwitching = 1.15;
+// bf16 against fp32 on a CPU as whole training steps (train/synthetic_steps.h,
+// probe_bf16_steps): a model cut to `layers` of its `of_layers` layers, its
+// fastest step in each precision. Products alone mislead: bf16 is emulated
+// and slow without AVX512-BF16, can be slower where native (a Xeon with
+// AVX512-BF16 but no AMX: 142 GFLOP/s against fp32's 254), and where it runs
+// widened to fp32 products those match fp32's speed while the step pays for
+// the conversions (Zen 3: steps 0.78-0.90x of fp32's).
+struct Bf16StepTimes {
+  bool measured = false;
+  std::string skipped;  // why not measured
+  int64_t layers = 0, of_layers = 0;
+  double bf16_step_s = 0, fp32_step_s = 0;
+};
+// One line for `ctrl train`, `ctrl bench` and `ctrl plan` when fp32 steps
+// are at least kFp32WorthSwitching times faster, naming both figures, what
+// they were measured on and the flag; "" otherwise, and when not measured.
+// `bf16_seconds` > 0 adds the planned time in both precisions.
+constexpr double kFp32WorthSwitching = 1.1;
 // bf16_path is Ops::bf16_path(): native, emulated or widened.
-std::string bf16_slower_advice(double bf16_gflops, double fp32_gflops, const std::string& bf16_path,
-                               double bf16_seconds = 0);
+std::string bf16_slower_advice(const Bf16StepTimes& times, const std::string& bf16_path, double bf16_seconds = 0);
 
 // Validates the request (one-line ctrl::Error on nonsense) and plans.
 Plan make_plan(const Request& request);

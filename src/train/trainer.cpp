@@ -16,6 +16,7 @@
 #include "train/loss_scaler.h"
 #include "train/run_dir.h"
 #include "train/shard_stream.h"
+#include "train/synthetic_steps.h"
 
 namespace ctrl {
 
@@ -460,10 +461,11 @@ void Trainer::print_start() {
   if (t.precision == "bf16" && ops_->gpu() < 0) {  // bf16 can be slower than fp32 on a CPU, native or not
     const auto& c = bf16_choice_;
     if (c.native_gflops > 0) std::fprintf(stderr, "note: bf16 products %s\n", c.describe().c_str());
-    double bf16 = c.widened ? c.widened_gflops : c.native_gflops;
-    if (bf16 <= 0) bf16 = ops_->measure_peak_gflops(true, 0.2);
-    const double fp32 = ops_->measure_peak_gflops(false, 0.2);
-    const std::string advice = plan::bf16_slower_advice(bf16, fp32, ops_->bf16_path());
+    const plan::Bf16StepTimes times = probe_bf16_steps(config_, *ops_, 0.5);
+    reset_peak_rss();  // the run's peak memory is its own, not the probe's two copies
+    if (!times.skipped.empty())
+      std::fprintf(stderr, "note: bf16 against fp32 not measured: %s\n", times.skipped.c_str());
+    const std::string advice = plan::bf16_slower_advice(times, ops_->bf16_path());
     if (!advice.empty()) std::fprintf(stderr, "warning: %s\n", advice.c_str());
   }
 }
