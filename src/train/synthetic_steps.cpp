@@ -48,7 +48,7 @@ plan::Bf16StepTimes probe_bf16_steps(const Config& config, Ops& ops, double seco
   const double room = room_bytes > 0 ? double(room_bytes) : 1e300;  // 0: /proc/meminfo unreadable
   if (one > room) {
     probe.skipped = "a bf16 and an fp32 copy of the model cut to 1 layer need " + std::to_string(int64_t(one) >> 20) +
-                    " MiB, over the " + std::to_string(room_bytes >> 20) + " MiB allowed (a quarter of the available)";
+                    " MiB, over the " + std::to_string(room_bytes >> 20) + " MiB the probe may take";
     return probe;
   }
   probe.layers =

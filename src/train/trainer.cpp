@@ -461,8 +461,13 @@ void Trainer::print_start() {
   if (t.precision == "bf16" && ops_->gpu() < 0) {  // bf16 can be slower than fp32 on a CPU, native or not
     const auto& c = bf16_choice_;
     if (c.native_gflops > 0) std::fprintf(stderr, "note: bf16 products %s\n", c.describe().c_str());
-    const plan::Bf16StepTimes times = probe_bf16_steps(config_, *ops_, 0.5);
-    reset_peak_rss();  // the run's peak memory is its own, not the probe's two copies
+    plan::Bf16StepTimes times;
+    if (comm_->size() == 1) {
+      times = probe_bf16_steps(config_, *ops_, 0.5);
+      reset_peak_rss();  // the run's peak memory is its own, not the probe's two copies
+    } else {             // the other ranks, waiting in MPI, would share its CPUs
+      times.skipped = std::to_string(comm_->size()) + " ranks are running (ctrl bench measures it alone)";
+    }
     if (!times.skipped.empty())
       std::fprintf(stderr, "note: bf16 against fp32 not measured: %s\n", times.skipped.c_str());
     const std::string advice = plan::bf16_slower_advice(times, ops_->bf16_path());
