@@ -215,6 +215,25 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
   }
 }
 
+// `ctrl bench --profile` counts the benchmark's own steps: the bf16 probe
+// that follows them (two models, several steps each) stays out of the table.
+TEST(Plan, BenchProfileCountsOnlyTheBenchmarkSteps) {
+  std::string out;
+  ASSERT_EQ(run(test_support::ctrl_binary() + " bench --config tiny --steps 2 --warmup 1 --threads 1 --profile --json "
+                                              "--set train.precision=bf16 --set train.micro_batch=2",
+                &out),
+            0)
+      << out;
+  const size_t table = out.find("\ntime per op");
+  ASSERT_NE(table, std::string::npos) << out;
+  EXPECT_TRUE(nlohmann::json::parse(out.substr(0, table)).contains("bf16_probe_step_s")) << "the probe ran\n" << out;
+  for (const char* op : {"adamw_update", "lm_head_loss", "embedding_forward"}) {
+    const size_t at = out.find(std::string("\n") + op + " ");
+    ASSERT_NE(at, std::string::npos) << op << "\n" << out;
+    EXPECT_EQ(std::stol(out.substr(at + 1 + std::string(op).size())), 3) << op << ": one call per step\n" << out;
+  }
+}
+
 // bf16 on a CPU: the plan names the products' path its bf16 time was measured on,
 // as auto chose it, and a pinned path is taken as given.
 TEST(Plan, CpuBf16PlanNamesTheProductsPath) {

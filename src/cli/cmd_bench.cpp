@@ -66,8 +66,9 @@ int run(const std::vector<std::string>& argv) {
     }
     if (s >= warmup) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  // Training's peak, read before the GEMM peak measurement below allocates its own matrices.
+  // Training's peak and profile, read before the GEMM peak and the bf16 probe below run their own.
   const uint64_t peak_rss = peak_rss_bytes(), peak_device = ops->peak_device_bytes();
+  const std::string profile = args.has("profile") ? profile_report(*ops) : "";
   const double tokens_per_s = double(steps * B * T) / seconds;
   // Model FLOPs (the MFU basis) and what the hardware ran, recomputation included.
   const double flops = train_flops_per_token(m) * tokens_per_s;
@@ -143,8 +144,7 @@ int run(const std::vector<std::string>& argv) {
     if (!advice.empty()) std::printf("  advice: %s\n", advice.c_str());
   }
   if (args.has("profile"))
-    std::printf("\ntime per op over all %lld steps:\n%s", static_cast<long long>(warmup + steps),
-                profile_report(*ops).c_str());
+    std::printf("\ntime per op over all %lld steps:\n%s", static_cast<long long>(warmup + steps), profile.c_str());
   return 0;
 }
 
