@@ -463,6 +463,7 @@ void Trainer::print_start() {
     if (c.native_gflops > 0) std::fprintf(stderr, "note: bf16 products %s\n", c.describe().c_str());
     plan::Bf16StepTimes times;
     if (comm_->size() == 1) {
+      std::fprintf(stderr, "timing bf16 and fp32 training steps of this model on this CPU (a few of each)...\n");
       times = probe_bf16_steps(config_, *ops_, 0.5);
       reset_peak_rss();  // the run's peak memory is its own, not the probe's two copies
     } else {             // the other ranks, waiting in MPI, would share its CPUs
