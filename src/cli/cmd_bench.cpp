@@ -110,7 +110,6 @@ int run(const std::vector<std::string>& argv) {
       j["bf16_native_gflops"] = bf16_choice.native_gflops;
       j["bf16_widened_gflops"] = bf16_choice.widened_gflops;
     }
-    j["fp32_gemm_peak_gflops"] = ops->measure_peak_gflops(false, 1.0);
     times = probe_bf16_steps(config, *ops, 1.0);
     if (times.measured) {
       j["bf16_probe_layers"] = times.layers;
@@ -141,14 +140,8 @@ int run(const std::vector<std::string>& argv) {
     std::printf("  peak memory %.0f MiB\n", double(peak_rss) / (1 << 20));
     if (peak_device > 0) std::printf("  peak device memory %.0f MiB\n", double(peak_device) / (1 << 20));
     if (cpu_bf16) std::printf("  bf16 products: %s\n", bf16_choice.describe().c_str());
-    if (times.measured && advice.empty())  // the advice names both figures itself
-      std::printf("  bf16 against fp32: a step of %.3f s against %.3f s (%s)\n", times.bf16_step_s, times.fp32_step_s,
-                  times.layers == times.of_layers ? "the whole model"
-                                                  : ("cut to " + std::to_string(times.layers) + " of " +
-                                                     std::to_string(times.of_layers) + " layers")
-                                                        .c_str());
-    else if (cpu_bf16 && !times.measured)
-      std::printf("  bf16 against fp32: not measured: %s\n", times.skipped.c_str());
+    if (cpu_bf16 && advice.empty())  // the advice names both figures itself
+      std::printf("  %s\n", plan::bf16_step_times_text(times).c_str());
     if (!note.empty()) std::printf("  note: %s\n", note.c_str());
     if (!advice.empty()) std::printf("  advice: %s\n", advice.c_str());
   }

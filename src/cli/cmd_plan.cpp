@@ -107,7 +107,7 @@ int run(const std::vector<std::string>& argv) {
       std::fprintf(stderr, "timing bf16 and fp32 training steps of %s on this CPU (about %.0f s)...\n",
                    r.config.preset.c_str(), std::max(1.0, seconds));
       const plan::Bf16StepTimes times = probe_bf16_steps(probed, *cpu, 0.5);
-      if (!times.skipped.empty()) p.notes.push_back("bf16 against fp32 not measured: " + times.skipped);
+      if (!times.measured) p.notes.push_back(plan::bf16_step_times_text(times));
       const std::string advice = plan::bf16_slower_advice(times, cpu->bf16_path(), p.hours_no_overlap * 3600);
       if (!advice.empty()) p.notes.push_back(advice);
     }

@@ -714,17 +714,22 @@ std::string plan_text(const Plan& p) {
   return o.str();
 }
 
+std::string bf16_step_times_text(const Bf16StepTimes& times, const std::string& detail) {
+  if (!times.measured) return "bf16 against fp32 not measured: " + times.skipped;
+  const std::string on = times.layers == times.of_layers ? "this model"
+                                                         : "this model cut to " + std::to_string(times.layers) +
+                                                               " of its " + std::to_string(times.of_layers) + " layers";
+  return fmt("a bf16 training step measured %.3f s on this CPU", times.bf16_step_s) +
+         fmt(" against fp32's %.3f s (", times.fp32_step_s) + on + detail + ")";
+}
+
 std::string bf16_slower_advice(const Bf16StepTimes& times, const std::string& bf16_path, double bf16_seconds) {
   if (!times.measured || !(times.bf16_step_s >= kFp32WorthSwitching * times.fp32_step_s)) return "";
   const double factor = times.bf16_step_s / times.fp32_step_s;
   const char* how = bf16_path == "widened"    ? "products widened to fp32's, plus the conversions"
                     : bf16_path == "emulated" ? "emulated: no AVX512-BF16 or AMX"
                                               : "native bf16 products, yet slower";
-  const std::string on = times.layers == times.of_layers ? "this model"
-                                                         : "this model cut to " + std::to_string(times.layers) +
-                                                               " of its " + std::to_string(times.of_layers) + " layers";
-  const std::string line = fmt("a bf16 training step measured %.3f s on this CPU", times.bf16_step_s) +
-                           fmt(" against fp32's %.3f s (", times.fp32_step_s) + on + "; " + how + ")";
+  const std::string line = bf16_step_times_text(times, std::string("; ") + how);
   if (bf16_seconds > 0)
     return line + ": in fp32 this run would take about " + Progress::format_duration(bf16_seconds / factor) +
            " instead of " + Progress::format_duration(bf16_seconds) + " (" + fmt("%.2fx", factor) +

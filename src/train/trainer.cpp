@@ -469,8 +469,7 @@ void Trainer::print_start() {
     } else {             // the other ranks, waiting in MPI, would share its CPUs
       times.skipped = std::to_string(comm_->size()) + " ranks are running (ctrl bench measures it alone)";
     }
-    if (!times.skipped.empty())
-      std::fprintf(stderr, "note: bf16 against fp32 not measured: %s\n", times.skipped.c_str());
+    if (!times.measured) std::fprintf(stderr, "note: %s\n", plan::bf16_step_times_text(times).c_str());
     const std::string advice = plan::bf16_slower_advice(times, ops_->bf16_path());
     if (!advice.empty()) std::fprintf(stderr, "warning: %s\n", advice.c_str());
   }
