@@ -84,7 +84,11 @@ __global__ void head_rows(float* logits, uint16_t* low, const int32_t* targets, 
 }
 
 // *sum += Σ values (one block, fixed tree); row_loss[r] += values[r] if not null.
-__global__ void head_total(double* sum, float* row_loss, const double* values, int64_t N) {
+// The bound makes ptxas keep its registers within what a block this wide may
+// have on every architecture built (64 per thread), so the launch cannot fail.
+constexpr int kTotalThreads = 1024;
+__global__ void __launch_bounds__(kTotalThreads)
+    head_total(double* sum, float* row_loss, const double* values, int64_t N) {
   __shared__ double red[32];
   double acc = 0;
   for (int64_t r = threadIdx.x; r < N; r += blockDim.x) {
@@ -164,10 +168,10 @@ void CudaOps::head(TensorRef h, TensorRef w, const float* b, const int32_t* targ
     gemm(true, false, V, D, R, 1.0f, dl, ld, hc, D, 1.0f, dw, D);
     gemm(false, false, R, D, V, 1.0f, dl, ld, w, D, 0.0f, dh + r0 * D, D);
   }
-  head_total<<<1, 1024, 0, stream_>>>(loss_sum, row_loss, losses, N);
+  head_total<<<1, kTotalThreads, 0, stream_>>>(loss_sum, row_loss, losses, N);
   CTRL_CUDA_LAUNCHED("head_total");
   if (teacher) {
-    head_total<<<1, 1024, 0, stream_>>>(kl_sum, nullptr, rt.kls, N);
+    head_total<<<1, kTotalThreads, 0, stream_>>>(kl_sum, nullptr, rt.kls, N);
     CTRL_CUDA_LAUNCHED("head_total (kl)");
   }
 }

@@ -1,0 +1,57 @@
+#!/bin/bash
+# What each CUDA kernel asks of a multiprocessor, without a GPU: compiles
+# src/ops/cuda/*.cu with ptxas's report for the oldest and newest
+# architectures built (sm_75, sm_90) and prints, per kernel, its registers
+# per thread, static shared memory, stack frame and spills. Fails when a
+# kernel spills or needs a stack frame (local memory: slow on every GPU).
+# Launches cannot run out of registers: blocks of up to 256 threads fit any
+# count ptxas emits (255 at most), and the one wider kernel (head_total, 1024)
+# carries __launch_bounds__. Needs nvcc and a configured CUDA build
+# (BUILD=build) for the include paths. About a minute and a half on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+[ -x "$NVCC" ] || { echo "check_cuda_resources: no nvcc (set NVCC=)" >&2; exit 2; }
+rsp=$BUILD/CMakeFiles/ctrl_lib.dir/includes_CUDA.rsp
+[ -f "$rsp" ] || { echo "check_cuda_resources: $rsp missing: configure a CUDA build in $BUILD first" >&2; exit 2; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for arch in 75 90; do
+  for f in src/ops/cuda/*.cu; do
+    "$NVCC" -O3 -std=c++20 -DNDEBUG -DCTRL_HAVE_CUDA=1 -DCTRL_HAVE_NCCL=1 -DCTRL_CUDA_VERSION=\"check\" \
+      -DCTRL_VERSION=\"check\" -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1 --options-file "$rsp" \
+      -arch=sm_$arch -Xptxas -v -c "$f" -o "$tmp/k.o" 2>>"$tmp/ptxas.txt"
+  done
+done
+python3 - "$tmp/ptxas.txt" <<'PY'
+import re, subprocess, sys
+rows, cur, bad = [], None, []
+for line in open(sys.argv[1]):
+    m = re.search(r"Compiling entry function '(\S+)' for 'sm_(\d+)'", line)
+    if m:
+        name = subprocess.run(["c++filt", m.group(1)], capture_output=True, text=True).stdout.strip()
+        name = re.sub(r"ctrl::cuda::|\(anonymous namespace\)::", "", name).split("(")[0]
+        cur = [name, m.group(2), 0, 0, 0, 0]
+        continue
+    m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+    if m and cur:
+        cur[4], cur[5] = int(m.group(1)), int(m.group(2)) + int(m.group(3))
+    m = re.search(r"Used (\d+) registers", line)
+    if m and cur:
+        cur[2] = int(m.group(1))
+        s = re.search(r"(\d+) bytes smem", line)
+        cur[3] = int(s.group(1)) if s else 0
+        rows.append(cur)
+        if cur[4] or cur[5]:
+            bad.append(f"{cur[0]} on sm_{cur[1]}: {cur[4]} bytes stack frame, {cur[5]} bytes spilled")
+        cur = None
+print("| kernel | arch | registers | static shared (bytes) | stack (bytes) | spills (bytes) |")
+print("|---|---|---:|---:|---:|---:|")
+for r in sorted(rows, key=lambda r: (r[0], r[1])):
+    print(f"| {r[0]} | sm_{r[1]} | {r[2]} | {r[3]} | {r[4]} | {r[5]} |")
+print(f"{len(rows)} kernel builds, at most {max(r[2] for r in rows)} registers per thread")
+for b in bad:
+    print("check_cuda_resources: " + b, file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
