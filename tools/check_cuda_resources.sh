@@ -7,7 +7,7 @@
 # Launches cannot run out of registers: blocks of up to 256 threads fit any
 # count ptxas emits (255 at most), and the one wider kernel (head_total, 1024)
 # carries __launch_bounds__. Needs nvcc and a configured CUDA build
-# (BUILD=build) for the include paths. About a minute and a half on 2 cores.
+# (BUILD=build) for the include paths. About 80 s on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -21,7 +21,9 @@ for arch in 75 90; do
   for f in src/ops/cuda/*.cu; do
     "$NVCC" -O3 -std=c++20 -DNDEBUG -DCTRL_HAVE_CUDA=1 -DCTRL_HAVE_NCCL=1 -DCTRL_CUDA_VERSION=\"check\" \
       -DCTRL_VERSION=\"check\" -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1 --options-file "$rsp" \
-      -arch=sm_$arch -Xptxas -v -c "$f" -o "$tmp/k.o" 2>>"$tmp/ptxas.txt"
+      -arch=sm_$arch -Xptxas -v -c "$f" -o "$tmp/k.o" 2>"$tmp/one.txt" ||
+      { cat "$tmp/one.txt" >&2; echo "check_cuda_resources: $f did not compile for sm_$arch" >&2; exit 1; }
+    cat "$tmp/one.txt" >>"$tmp/ptxas.txt"
   done
 done
 python3 - "$tmp/ptxas.txt" <<'PY'
