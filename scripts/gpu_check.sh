@@ -105,7 +105,7 @@ export CTRL_TEST_BINARY=$work/run/ctrl CTRL_TEST_SOURCE_DIR=$work OMP_NUM_THREAD
   echo "- bundle: $(grep -h commit "$work/build-info.txt")"
   echo "- ctrl: $(cat "$out/version.txt")"
   echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
-  echo "- host: $(uname -n), $(nproc) CPUs, $(ldd --version 2>/dev/null | head -1)"
+  echo "- host: $(uname -n), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) CPUs (OpenMP threads: $OMP_NUM_THREADS), $(ldd --version 2>/dev/null | head -1)"
   echo
   echo "| phase | result | seconds | details |"
   echo "|---|---|---|---|"
