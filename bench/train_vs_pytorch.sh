@@ -11,7 +11,8 @@
 # Rounds rotate the order of the runs, so that drift hits all alike; each
 # figure is the median of ROUNDS. PyTorch's best configuration is the
 # reference: the table gives every run's tokens/s, the best PyTorch run,
-# ctrl / best, and ctrl's share of this machine's measured GEMM peak.
+# ctrl / best, and ctrl's and PyTorch's best share of this machine's GEMM peak
+# as ctrl measures it (the same model FLOPs per token on both sides).
 #
 # Output (RESULTS, a new temporary folder unless set): every run's JSON,
 # train-vs-pytorch.md (machine: CPU model, ISA flags, cores; commit, date,
@@ -108,8 +109,8 @@ lines = [
     f"Command: `{machine['command']}`. Tokens per second of training (forward, backward, clip, AdamW), "
     "median of the rounds; PyTorch's best configuration is the reference.",
     "",
-    "| preset | precision | " + " | ".join(whos) + " | PyTorch best | ctrl / best | ctrl share of GEMM peak |",
-    "|---|---|" + "---:|" * (len(whos) + 3),
+    "| preset | precision | " + " | ".join(whos) + " | PyTorch best | ctrl / best | ctrl share of GEMM peak | PyTorch best share |",
+    "|---|---|" + "---:|" * (len(whos) + 4),
 ]
 groups = []
 for preset in presets:
@@ -122,8 +123,9 @@ for preset in presets:
         share = statistics.median(r.get("share_of_gemm_peak", float("nan")) for r in runs.get((preset, prec, "ctrl"), [{}]))
         cells = [f"{med[(preset, prec, w)]:,.0f}" if (preset, prec, w) in med else "failed" for w in whos]
         ratio = f"**{ctrl / peers[best]:.2f}×**" if ctrl and best else "–"
+        peer_share = share * peers[best] / ctrl if ctrl and best else float("nan")
         lines.append(f"| {preset} | {prec} | " + " | ".join(cells) +
-                     f" | {best or '–'} | {ratio} | {share:.0%} |".replace("nan%", "–"))
+                     f" | {best or '–'} | {ratio} | {share:.0%} | {peer_share:.0%} |".replace("nan%", "–"))
         groups.append((f"{preset} {prec}", {w: med[(preset, prec, w)] for w in whos if (preset, prec, w) in med}))
 lines += ["", "Chart: train-vs-pytorch.svg (each group's bars against its fastest run)."]
 report = "\n".join(lines) + "\n"
