@@ -7,21 +7,25 @@
 # Launches cannot run out of registers: blocks of up to 256 threads fit any
 # count ptxas emits (255 at most), and the one wider kernel (head_total, 1024)
 # carries __launch_bounds__. Needs nvcc and a configured CUDA build
-# (BUILD=build) for the include paths. About 80 s on 2 cores.
+# (BUILD=build), whose defines, include paths and flags it uses. About 80 s
+# on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 [ -x "$NVCC" ] || { echo "check_cuda_resources: no nvcc (set NVCC=)" >&2; exit 2; }
-rsp=$BUILD/CMakeFiles/ctrl_lib.dir/includes_CUDA.rsp
-[ -f "$rsp" ] || { echo "check_cuda_resources: $rsp missing: configure a CUDA build in $BUILD first" >&2; exit 2; }
+flags=$BUILD/CMakeFiles/ctrl_lib.dir/flags.make
+[ -f "$flags" ] && grep -q '^CUDA_FLAGS' "$flags" ||
+  { echo "check_cuda_resources: no CUDA flags in $flags: configure a CUDA build in $BUILD first" >&2; exit 2; }
+# The build's own defines, include paths and flags, its architectures replaced by the one checked.
+compile=$(sed -n 's/^CUDA_\(DEFINES\|INCLUDES\|FLAGS\) = //p' "$flags" | sed 's/--generate-code=[^ ]*//g' | tr '\n' ' ')
+sources=$(realpath src/ops/cuda/*.cu)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+cd "$BUILD"  # the include list is relative to it
 for arch in 75 90; do
-  for f in src/ops/cuda/*.cu; do
-    "$NVCC" -O3 -std=c++20 -DNDEBUG -DCTRL_HAVE_CUDA=1 -DCTRL_HAVE_NCCL=1 -DCTRL_CUDA_VERSION=\"check\" \
-      -DCTRL_VERSION=\"check\" -DTOML_HEADER_ONLY=0 -DTOML_SHARED_LIB=1 --options-file "$rsp" \
-      -arch=sm_$arch -Xptxas -v -c "$f" -o "$tmp/k.o" 2>"$tmp/one.txt" ||
+  for f in $sources; do
+    eval "\"\$NVCC\" $compile -arch=sm_$arch -Xptxas -v -c \"\$f\" -o \"\$tmp/k.o\"" 2>"$tmp/one.txt" ||
       { cat "$tmp/one.txt" >&2; echo "check_cuda_resources: $f did not compile for sm_$arch" >&2; exit 1; }
     cat "$tmp/one.txt" >>"$tmp/ptxas.txt"
   done
