@@ -46,8 +46,6 @@ TEST(Sysinfo, CgroupQuotaRoundsUpToWholeCpus) {
   EXPECT_GE(ctrl::usable_cpus(), 1);
 }
 
-// The memory check counts the threads the backend will start with: OMP_NUM_THREADS
-// (a list's first number) when it is a positive number, else the usable CPUs.
 // A probe's freed buffers stop counting as the process's peak once reset.
 TEST(Sysinfo, PeakRssResetsToTheCurrentResidentMemory) {
   const size_t bytes = size_t(256) << 20;
@@ -62,6 +60,8 @@ TEST(Sysinfo, PeakRssResetsToTheCurrentResidentMemory) {
   EXPECT_LT(peak_rss_bytes() + bytes / 2, before) << "the freed 256 MiB still count";
 }
 
+// The memory check counts the threads the backend will start with: OMP_NUM_THREADS
+// (a list's first number) when it is a positive number, else the usable CPUs.
 TEST(Sysinfo, DefaultCpuThreadsFollowOmpNumThreads) {
   const char* saved = std::getenv("OMP_NUM_THREADS");
   const std::string before = saved ? saved : "";

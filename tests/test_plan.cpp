@@ -608,9 +608,8 @@ TEST(Plan, Bf16ProbeTimesBothPrecisionsOnWhatFits) {
   const plan::Bf16StepTimes cut = probe_bf16_steps(c, *ops, 0, (both(2) + both(3)) / 2);
   ASSERT_TRUE(cut.measured) << cut.skipped;
   EXPECT_EQ(cut.layers, 2);
-  EXPECT_EQ(plan::bf16_slower_advice({true, "", 2, 4, 2.0, 1.0}, "widened").find("cut to 2 of its 4 layers") !=
-                std::string::npos,
-            true);
+  EXPECT_NE(plan::bf16_slower_advice({true, "", 2, 4, 2.0, 1.0}, "widened").find("cut to 2 of its 4 layers"),
+            std::string::npos);
   const plan::Bf16StepTimes none = probe_bf16_steps(c, *ops, 0, both(1) - 1);
   EXPECT_FALSE(none.measured);
   EXPECT_NE(none.skipped.find("cut to 1 layer need"), std::string::npos) << none.skipped;
