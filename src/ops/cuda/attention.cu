@@ -1,10 +1,13 @@
 // Causal multi-head attention, forward and backward, plus the one-row decode
-// step of generation. The products are cuBLASLt batched over the heads of one
-// sequence (q, k, v are D/H-wide column blocks of qkv, so a head is a fixed
-// stride away from the next); the causal softmax and its backward are fused
-// row kernels, one warp per row. probs[B,H,T,T] keeps the softmax, as the
+// step of generation. q, k, v (and the output gradient) are first copied into
+// a heads-major layout [B·H, T, D/H], so that every product runs as one
+// cuBLASLt call batched over all heads of a chunk of sequences: per layer a
+// handful of launches instead of a few per sequence, which left the GPU
+// waiting on the host. The causal softmax and its backward are fused row
+// kernels, one warp per row. probs[B,H,T,T] keeps the softmax, as the
 // interface states. The type paths are the CPU's (ops/cpu/attention.cpp):
-// fp32 (fp16 q, k, v widened to fp32), and bf16 with fp32 scores and softmax.
+// fp32 (fp16 q, k, v widened to fp32 by the copy), and bf16 with fp32 scores
+// and softmax.
 #include <cmath>
 
 #include "ops/cuda/common.cuh"
@@ -80,44 +83,72 @@ __global__ void attention_decode_kernel(float* out, const float* q, const float*
   }
 }
 
+// Copies between the token-major layout [B, T, parts·D] (a token's row holds
+// `parts` blocks of D = H·hd columns, e.g. q, k, v) and the heads-major
+// layout [parts, B, H, T, hd], converting between kinds on the way (16-bit
+// to 16-bit of one kind is exact). Block (t, h, p·B + b) copies one head's
+// hd contiguous elements of one token.
+__global__ void permute_heads(void* dst, int kd, const void* src, int ks, int64_t B, int64_t T, int64_t H, int64_t hd,
+                              int64_t parts, bool to_heads) {
+  const int64_t t = blockIdx.x, h = blockIdx.y, pb = blockIdx.z, p = pb / B, b = pb % B;
+  const size_t heads = size_t(((pb * H + h) * T + t) * hd),
+               tokens = size_t(((b * T + t) * parts + p) * H * hd + h * hd);
+  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+    if (to_heads)
+      store(dst, kd, heads + i, load(src, ks, tokens + i));
+    else
+      store(dst, kd, tokens + i, load(src, ks, heads + i));
+  }
+}
+
 unsigned row_blocks(int64_t rows) { return unsigned((rows + kWarps - 1) / kWarps); }
 
+// Sequences per chunk: as many as keep the fp32 scores of a chunk within
+// 256 MiB (at least one, at most 8192 for the copies' grid), so that the
+// scratch stays bounded at long contexts.
+int64_t sequences_per_chunk(int64_t B, int64_t H, int64_t T) {
+  constexpr double kScoreBytes = 256.0 * 1024 * 1024;
+  const int64_t fit = int64_t(kScoreBytes / (double(H) * double(T) * double(T) * 4));
+  return std::clamp<int64_t>(fit, 1, std::min<int64_t>(B, 8192));
+}
+
 }  // namespace
+
+void CudaOps::to_heads(void* dst, DType dst_type, const void* src, DType src_type, int64_t B, int64_t T, int64_t H,
+                       int64_t hd, int64_t parts, bool to_heads_layout) {
+  CTRL_ASSERT(parts * B <= 65535 && H <= 65535);  // the grid's z and y limits
+  const unsigned threads = unsigned(std::min<int64_t>(256, (hd + 31) / 32 * 32));
+  permute_heads<<<dim3(unsigned(T), unsigned(H), unsigned(parts * B)), threads, 0, stream_>>>(
+      dst, kind_of(dst_type), src, kind_of(src_type), B, T, H, hd, parts, to_heads_layout);
+  CTRL_CUDA_LAUNCHED("permute_heads");
+}
 
 void CudaOps::attention_forward(TensorRef out, TensorRef probs, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                                 int64_t H) {
   const bool bf16 = qkv.dtype == DType::BF16;
-  CTRL_ASSERT(probs.dtype == (bf16 ? DType::BF16 : DType::F32));
-  const int64_t hd = D / H, TT = T * T, rows = H * T;
+  const DType inner = bf16 ? DType::BF16 : DType::F32;  // fp16 q, k, v are widened by the copy
+  CTRL_ASSERT(probs.dtype == inner);
+  const int64_t hd = D / H, TT = T * T, chunk = sequences_per_chunk(B, H, T);
+  const size_t esize = dtype_size(inner), in_size = dtype_size(qkv.dtype), out_size = dtype_size(out.dtype);
   const float scale = 1.0f / std::sqrt(float(hd));
-  if (bf16) {
-    float* scores = static_cast<float*>(scratch(kScores, size_t(H * TT) * sizeof(float)));
-    for (int64_t b = 0; b < B; ++b) {
-      const TensorRef q(static_cast<uint16_t*>(qkv.data) + b * T * 3 * D, DType::BF16);
-      const TensorRef k(static_cast<uint16_t*>(q.data) + D, DType::BF16), v(static_cast<uint16_t*>(q.data) + 2 * D,
-                                                                            DType::BF16);
-      const TensorRef P(static_cast<uint16_t*>(probs.data) + b * H * TT, DType::BF16);
-      gemm(false, true, T, T, hd, scale, q, 3 * D, k, 3 * D, 0.0f, scores, T, nullptr, H, hd, hd, TT);
-      causal_softmax_kernel<<<row_blocks(rows), 32 * kWarps, 0, stream_>>>(P.data, kBF16, scores, rows, T);
-      CTRL_CUDA_LAUNCHED("causal_softmax");
-      gemm(false, false, T, hd, T, 1.0f, P, T, v, 3 * D, 0.0f,
-           TensorRef(static_cast<uint16_t*>(out.data) + b * T * D, out.dtype), D, nullptr, H, TT, hd, hd);
-    }
-    return;
-  }
-  // fp32 products; fp16 q, k, v are widened first, and an fp16 out is rounded once at the end.
-  const float* x = qkv.dtype == DType::F32 ? qkv.f32() : static_cast<float*>(scratch(kWidenA, size_t(B * T * 3 * D) * 4));
-  if (qkv.dtype != DType::F32) convert(const_cast<float*>(x), qkv, size_t(B * T * 3 * D));
-  float* o = out.dtype == DType::F32 ? out.f32() : static_cast<float*>(scratch(kF32Out, size_t(B * T * D) * 4));
-  for (int64_t b = 0; b < B; ++b) {
-    const float* q = x + b * T * 3 * D;
-    float* P = probs.f32() + b * H * TT;
-    gemm(false, true, T, T, hd, scale, q, 3 * D, q + D, 3 * D, 0.0f, P, T, nullptr, H, hd, hd, TT);
-    causal_softmax_kernel<<<row_blocks(rows), 32 * kWarps, 0, stream_>>>(P, kF32, P, rows, T);
+  char* heads = static_cast<char*>(scratch(kHeadsIn, size_t(chunk * T * 3 * D) * esize));
+  char* o = static_cast<char*>(scratch(kHeadsOut, size_t(chunk * T * D) * esize));
+  float* scores = bf16 ? static_cast<float*>(scratch(kScores, size_t(chunk * H * TT) * sizeof(float))) : nullptr;
+  for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+    const int64_t n = std::min(chunk, B - b0), batch = n * H, part = n * T * D;
+    to_heads(heads, inner, static_cast<const char*>(qkv.data) + size_t(b0 * T * 3 * D) * in_size, qkv.dtype, n, T, H,
+             hd, 3, true);
+    const TensorRef q(heads, inner), k(heads + size_t(part) * esize, inner), v(heads + size_t(2 * part) * esize, inner);
+    const TensorRef P(static_cast<char*>(probs.data) + size_t(b0 * H * TT) * esize, inner);
+    // bf16: fp32 scores, then the softmax rounded once into P; fp32: in place in P.
+    const TensorRef S = bf16 ? TensorRef(scores) : P;
+    gemm(false, true, T, T, hd, scale, q, hd, k, hd, 0.0f, S, T, nullptr, batch, T * hd, T * hd, TT);
+    causal_softmax_kernel<<<row_blocks(batch * T), 32 * kWarps, 0, stream_>>>(P.data, kind_of(inner), S.f32(),
+                                                                              batch * T, T);
     CTRL_CUDA_LAUNCHED("causal_softmax");
-    gemm(false, false, T, hd, T, 1.0f, P, T, q + 2 * D, 3 * D, 0.0f, o + b * T * D, D, nullptr, H, TT, hd, hd);
+    gemm(false, false, T, hd, T, 1.0f, P, T, v, hd, 0.0f, TensorRef(o, inner), hd, nullptr, batch, TT, T * hd, T * hd);
+    to_heads(static_cast<char*>(out.data) + size_t(b0 * T * D) * out_size, out.dtype, o, inner, n, T, H, hd, 1, false);
   }
-  if (out.dtype != DType::F32) convert(out, o, size_t(B * T * D));
 }
 
 void CudaOps::attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef probs, int64_t B, int64_t T,
@@ -125,39 +156,37 @@ void CudaOps::attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, 
   const bool bf16 = qkv.dtype == DType::BF16;
   const DType inner = bf16 ? DType::BF16 : DType::F32;
   CTRL_ASSERT(probs.dtype == inner && dout.dtype == inner && dqkv.dtype == inner);
-  const int64_t hd = D / H, TT = T * T, rows = H * T;
+  const int64_t hd = D / H, TT = T * T, chunk = sequences_per_chunk(B, H, T);
+  const size_t esize = dtype_size(inner), in_size = dtype_size(qkv.dtype);
   const float scale = 1.0f / std::sqrt(float(hd));
-  float* dP = static_cast<float*>(scratch(kScores, size_t(H * TT) * sizeof(float)));
-  if (bf16) {
-    uint16_t* dS = static_cast<uint16_t*>(scratch(kGradS, size_t(H * TT) * 2));
-    for (int64_t b = 0; b < B; ++b) {
-      uint16_t* q = qkv.bf16() + b * T * 3 * D;
-      uint16_t* dq = dqkv.bf16() + b * T * 3 * D;
-      const TensorRef dO(dout.bf16() + b * T * D, DType::BF16), P(probs.bf16() + b * H * TT, DType::BF16);
-      auto bf = [](uint16_t* p) { return TensorRef(p, DType::BF16); };
-      gemm(false, true, T, T, hd, 1.0f, dO, D, bf(q + 2 * D), 3 * D, 0.0f, dP, T, nullptr, H, hd, hd, TT);  // dO·vᵀ
-      gemm(true, false, T, hd, T, 1.0f, P, T, dO, D, 0.0f, bf(dq + 2 * D), 3 * D, nullptr, H, TT, hd, hd);  // dv
-      softmax_backward_kernel<<<row_blocks(rows), 32 * kWarps, 0, stream_>>>(dS, kBF16, dP, P.data, kBF16, rows, T,
-                                                                             scale);  // dS/√hd, rounded once
-      CTRL_CUDA_LAUNCHED("softmax_backward");
-      gemm(false, false, T, hd, T, 1.0f, bf(dS), T, bf(q + D), 3 * D, 0.0f, bf(dq), 3 * D, nullptr, H, TT, hd, hd);
-      gemm(true, false, T, hd, T, 1.0f, bf(dS), T, bf(q), 3 * D, 0.0f, bf(dq + D), 3 * D, nullptr, H, TT, hd, hd);
-    }
-    return;
-  }
-  const float* x = qkv.dtype == DType::F32 ? qkv.f32() : static_cast<float*>(scratch(kWidenA, size_t(B * T * 3 * D) * 4));
-  if (qkv.dtype != DType::F32) convert(const_cast<float*>(x), qkv, size_t(B * T * 3 * D));
-  for (int64_t b = 0; b < B; ++b) {
-    const float* q = x + b * T * 3 * D;
-    const float* P = probs.f32() + b * H * TT;
-    const float* dO = dout.f32() + b * T * D;
-    float* dq = dqkv.f32() + b * T * 3 * D;
-    gemm(false, true, T, T, hd, 1.0f, dO, D, q + 2 * D, 3 * D, 0.0f, dP, T, nullptr, H, hd, hd, TT);   // dO·vᵀ
-    gemm(true, false, T, hd, T, 1.0f, P, T, dO, D, 0.0f, dq + 2 * D, 3 * D, nullptr, H, TT, hd, hd);  // dv = Pᵀ·dO
-    softmax_backward_kernel<<<row_blocks(rows), 32 * kWarps, 0, stream_>>>(dP, kF32, dP, P, kF32, rows, T, 1.0f);
+  char* heads = static_cast<char*>(scratch(kHeadsIn, size_t(chunk * T * 3 * D) * esize));
+  char* d_heads = static_cast<char*>(scratch(kHeadsOut, size_t(chunk * T * 3 * D) * esize));
+  char* d_out = static_cast<char*>(scratch(kHeadsGrad, size_t(chunk * T * D) * esize));
+  float* dP = static_cast<float*>(scratch(kScores, size_t(chunk * H * TT) * sizeof(float)));
+  // bf16: dS/√hd rounded once into a bf16 buffer; fp32: in place in dP, with 1/√hd in the products.
+  void* dS = bf16 ? scratch(kGradS, size_t(chunk * H * TT) * 2) : dP;
+  const float softmax_factor = bf16 ? scale : 1.0f, product_factor = bf16 ? 1.0f : scale;
+  for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+    const int64_t n = std::min(chunk, B - b0), batch = n * H, part = n * T * D;
+    to_heads(heads, inner, static_cast<const char*>(qkv.data) + size_t(b0 * T * 3 * D) * in_size, qkv.dtype, n, T, H,
+             hd, 3, true);
+    to_heads(d_out, inner, static_cast<const char*>(dout.data) + size_t(b0 * T * D) * esize, inner, n, T, H, hd, 1,
+             true);
+    auto at = [&](char* base, int64_t p) { return TensorRef(base + size_t(p * part) * esize, inner); };
+    const TensorRef dO(d_out, inner), dS_ref(dS, inner);
+    const TensorRef P(static_cast<char*>(probs.data) + size_t(b0 * H * TT) * esize, inner);
+    gemm(false, true, T, T, hd, 1.0f, dO, hd, at(heads, 2), hd, 0.0f, dP, T, nullptr, batch, T * hd, T * hd, TT);
+    gemm(true, false, T, hd, T, 1.0f, P, T, dO, hd, 0.0f, at(d_heads, 2), hd, nullptr, batch, TT, T * hd,
+         T * hd);  // dv = Pᵀ·dO
+    softmax_backward_kernel<<<row_blocks(batch * T), 32 * kWarps, 0, stream_>>>(
+        dS, kind_of(inner), dP, P.data, kind_of(inner), batch * T, T, softmax_factor);
     CTRL_CUDA_LAUNCHED("softmax_backward");
-    gemm(false, false, T, hd, T, scale, dP, T, q + D, 3 * D, 0.0f, dq, 3 * D, nullptr, H, TT, hd, hd);  // dq
-    gemm(true, false, T, hd, T, scale, dP, T, q, 3 * D, 0.0f, dq + D, 3 * D, nullptr, H, TT, hd, hd);   // dk
+    gemm(false, false, T, hd, T, product_factor, dS_ref, T, at(heads, 1), hd, 0.0f, at(d_heads, 0), hd, nullptr, batch,
+         TT, T * hd, T * hd);  // dq = dS·k
+    gemm(true, false, T, hd, T, product_factor, dS_ref, T, at(heads, 0), hd, 0.0f, at(d_heads, 1), hd, nullptr, batch,
+         TT, T * hd, T * hd);  // dk = dSᵀ·q
+    to_heads(static_cast<char*>(dqkv.data) + size_t(b0 * T * 3 * D) * esize, inner, d_heads, inner, n, T, H, hd, 3,
+             false);
   }
 }
 

@@ -124,12 +124,37 @@ class CudaOps final : public Ops {
   // Scratch device memory owned by the backend, one buffer per slot, grown on
   // demand (growth waits for the stream, so earlier users have finished).
   // A slot's contents are valid until the next call that uses the same slot.
-  enum Slot { kWidenA, kWidenB, kWidenC, kRound, kF32Out, kPartials, kScores, kGradS, kHeadLoss, kHeadLow, kSort,
-              kWidenTeacherH, kWidenTeacherW, kHeadKl, kSlots };
+  enum Slot {
+    kWidenA,
+    kWidenB,
+    kWidenC,
+    kRound,
+    kF32Out,
+    kPartials,
+    kScores,
+    kGradS,
+    kHeadLoss,
+    kHeadLow,
+    kSort,
+    kWidenTeacherH,
+    kWidenTeacherW,
+    kHeadKl,
+    kHeadsIn,
+    kHeadsOut,
+    kHeadsGrad,
+    kHeadLogits,
+    kBias16,
+    kSlots
+  };
   void* scratch(Slot slot, size_t bytes);
   // The sinusoidal table [rows >= T, D] in device memory, from the host's
   // ops/positions.h values (uploaded once per width and per growth in T).
   const float* positions(int64_t T, int64_t D);
+  // Copies `parts` blocks of D = H·hd columns between the token-major layout
+  // [B, T, parts·D] and the heads-major [parts, B, H, T, hd] (to_heads_layout:
+  // src is token-major), converting the element type (attention.cu).
+  void to_heads(void* dst, DType dst_type, const void* src, DType src_type, int64_t B, int64_t T, int64_t H, int64_t hd,
+                int64_t parts, bool to_heads_layout);
 
  private:
   struct GemmPlan;  // gemm.cu

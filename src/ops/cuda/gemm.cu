@@ -92,6 +92,10 @@ struct CudaOps::GemmPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool usable = false;  // false: cuBLASLt had no algorithm; the fallback kernel runs it
+  // The epilogue takes a copy of the fp32 bias rounded to C's 16-bit type:
+  // cuBLASLt offered no algorithm for an fp32 bias into a 16-bit C (seen on
+  // an H200 with cuBLASLt 13). Sums still run in fp32 and C is rounded once.
+  bool bias16 = false;
   ~GemmPlan() {
     const LtApi& lt = lt_api();
     if (a) lt.cublasLtMatrixLayoutDestroy(a);
@@ -270,19 +274,36 @@ void CudaOps::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
       lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes);
       cublasLtMatmulHeuristicResult_t result{};
       int count = 0;
-      if (lt.cublasLtMatmulAlgoGetHeuristic(lt_, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &count) == 0 &&
-          count > 0) {
-        p->algo = result.algo;
-        p->usable = true;
+      auto heuristic = [&] {
+        return lt.cublasLtMatmulAlgoGetHeuristic(lt_, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &count) == 0 &&
+               count > 0;
+      };
+      p->usable = heuristic();
+      if (!p->usable && bias && C.dtype != DType::F32) {  // a 16-bit bias of C's type instead
+        const void* bias16 = scratch(kBias16, size_t(N) * 2);
+        const cudaDataType_t bias_type = out;
+        p->bias16 =
+            lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                              sizeof bias_type) == 0 &&
+            lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias16, sizeof bias16) == 0;
+        p->usable = p->bias16 && heuristic();
       }
+      if (p->usable) p->algo = result.algo;
     }
     if (pref) lt.cublasLtMatmulPreferenceDestroy(pref);
     if (!p->usable && std::getenv("CTRL_CUDA_VERBOSE"))
       std::fprintf(stderr, "ctrl: cuda: cuBLASLt has no algorithm for product %s; using the fallback kernel\n", key);
   }
   if (p->usable) {
-    if (bias)
-      CTRL_CUDA(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (bias) {
+      const void* epilogue_bias = bias;
+      if (p->bias16) {
+        epilogue_bias = scratch(kBias16, size_t(N) * 2);
+        convert(TensorRef(const_cast<void*>(epilogue_bias), C.dtype), TensorRef(const_cast<float*>(bias)), size_t(N));
+      }
+      CTRL_CUDA(lt.cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epilogue_bias,
+                                                  sizeof epilogue_bias));
+    }
     const cublasStatus_t st = lt.cublasLtMatmul(lt_, p->desc, &alpha, B.data, p->a, A.data, p->b, &beta, C.data, p->c,
                                                 C.data, p->c, &p->algo, workspace_, workspace_bytes_, stream_);
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) {

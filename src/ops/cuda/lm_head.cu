@@ -2,6 +2,7 @@
 // [N, V] logits never exist whole (the caller's scratch holds one chunk).
 // Rows of the logits (and of their bf16 copy and the teacher's logits) lie
 // head_row_stride(V) apart, so the products' leading dimensions stay aligned.
+// (On the GPU the chunks are larger than the caller's: see head().)
 // Per chunk: one product for the logits (bias in its epilogue), with a
 // teacher (distillation) a second for its logits, one row kernel for the
 // softmax statistics, the loss, the KL and the logit gradients, then
@@ -142,6 +143,17 @@ void CudaOps::head(TensorRef h, TensorRef w, const float* b, const int32_t* targ
   const size_t elem = dtype_size(h.dtype);
   double* losses = static_cast<double*>(scratch(kHeadLoss, size_t(N) * sizeof(double)));
   const int64_t ld = head_row_stride(V);
+  // Without a teacher, chunks of up to 256 MiB of logits in the backend's own
+  // scratch rather than the caller's chunk_rows: each chunk reads and rewrites
+  // the whole fp32 dw (V×D), which at 256 rows cost more than the products.
+  if (!teacher) {
+    const int64_t fit = int64_t((size_t(256) << 20) / (size_t(ld) * sizeof(float)));
+    const int64_t rows = std::min(N, std::max(chunk_rows, fit));
+    if (rows > chunk_rows) {
+      chunk_rows = rows;
+      logits = static_cast<float*>(scratch(kHeadLogits, size_t(rows * ld) * sizeof(float)));
+    }
+  }
   uint16_t* low = bf16 && training ? static_cast<uint16_t*>(scratch(kHeadLow, size_t(chunk_rows * ld) * 2)) : nullptr;
   RowTeacher rt;
   if (teacher) {
