@@ -127,7 +127,7 @@ TEST(ControlCodes, DiagonalEqualsPlainEvalExactlyAndIsTheLowestInEveryRow) {
 
 TEST(ControlCodes, CommandWritesJsonAndHeatmapBesideTheRun) {
   const ToyRun& r = toy();
-  const std::string base = std::string(CTRL_BINARY) + " eval --model " + r.checkpoint + " --data " + r.data +
+  const std::string base = test_support::ctrl_binary() + " eval --model " + r.checkpoint + " --data " + r.data +
                            " --max-sequences 8";
   const auto matrix = run_json(base + " --codes --json 2>/dev/null");
   const auto plain = run_json(base + " --json");
@@ -217,7 +217,7 @@ TEST(DomainClassifier, SeparatesToyDomainsAndIsDeterministic) {
 
 TEST(ControlAccuracy, SamplesFollowTheirCodeAndTheCeilingIsMeasured) {
   const ToyRun& r = toy();
-  const std::string base = std::string(CTRL_BINARY) + " eval --model " + r.checkpoint + " --data " + r.data;
+  const std::string base = test_support::ctrl_binary() + " eval --model " + r.checkpoint + " --data " + r.data;
   const auto j = run_json(base + " --control-accuracy 12 --max-tokens 24 --json 2>/dev/null")["control_accuracy"];
   EXPECT_EQ(j["codes"], (nlohmann::json{"Kana", "Latin"}));
   for (const std::string code : {"Kana", "Latin"}) {

@@ -109,7 +109,7 @@ TEST(Sysinfo, CgroupLimitIsTheTightestQuotaOnThePathToTheRoot) {
 std::string ctrl_version(const std::string& env) {
   std::string out;
   EXPECT_EQ(test_support::run_shell("env -u OMP_NUM_THREADS -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT " + env + " " +
-                                    CTRL_BINARY + " --version 2>&1", &out), 0) << out;
+                                    test_support::ctrl_binary() + " --version 2>&1", &out), 0) << out;
   return out;
 }
 

@@ -338,7 +338,7 @@ TEST(Distill, RefusesATeacherThatSharesNeitherTokensNorCodes) {
   EXPECT_NE(message(c).find("student and teacher must share the control codes"), std::string::npos) << message(c);
   // The command line: distillation settings without a teacher.
   std::string out;
-  EXPECT_NE(test_support::run_shell(std::string(CTRL_BINARY) + " train --config tiny --out " + fresh_dir("cli") +
+  EXPECT_NE(test_support::run_shell(test_support::ctrl_binary() + " train --config tiny --out " + fresh_dir("cli") +
                                         " --distill-alpha 0.3 2>&1",
                                     &out),
             0);

@@ -161,17 +161,22 @@ TEST(MixedPrecision, ResumesInBf16AndSwitchesPrecisionOnResume) {
 // round differently. A run records the path it took in config.json and its
 // checkpoints, and --resume under auto keeps it: the resumed run reproduces
 // the uninterrupted one for either recorded path, whichever this process's
-// auto would pick.
+// auto would pick. A GPU runs bf16 natively: there the setting takes no path
+// and is recorded as given (auto stays auto), and resume is still bit-exact.
 TEST(MixedPrecision, ResumeUnderAutoKeepsTheRecordedBf16Path) {
+  const bool gpu = test_support::test_backend_is_gpu();
   const std::string data = learnable_corpus();
   Config probe = tiny_config(data, "bf16");
   probe.train.steps = 1;
   const std::string probe_dir = fresh_dir("bf16_auto");
   Trainer(probe, TrainerOptions{probe_dir, false, true}).run();
   const std::string recorded = read_file(probe_dir + "/config.json");
-  EXPECT_TRUE(recorded.find("\"train.cpu_bf16\": \"native\"") != std::string::npos ||
-              recorded.find("\"train.cpu_bf16\": \"widened\"") != std::string::npos)
-      << recorded;
+  if (gpu)
+    EXPECT_NE(recorded.find("\"train.cpu_bf16\": \"auto\""), std::string::npos) << recorded;
+  else
+    EXPECT_TRUE(recorded.find("\"train.cpu_bf16\": \"native\"") != std::string::npos ||
+                recorded.find("\"train.cpu_bf16\": \"widened\"") != std::string::npos)
+        << recorded;
   for (const char* path : {"native", "widened"}) {
     Config c = tiny_config(data, "bf16");
     c.train.steps = 6;
@@ -184,7 +189,7 @@ TEST(MixedPrecision, ResumeUnderAutoKeepsTheRecordedBf16Path) {
     const std::string parts = fresh_dir(std::string("parts_") + path);
     Trainer(first, TrainerOptions{parts, false, true}).run();
     // Without oneDNN bf16 kernels for this CPU a pinned native runs, and is recorded, as widened.
-    const std::string taken = cpu::onednn_has_bf16_matmul() ? path : "widened";
+    const std::string taken = gpu || cpu::onednn_has_bf16_matmul() ? path : "widened";
     EXPECT_NE(read_file(parts + "/config.json").find("\"train.cpu_bf16\": \"" + taken + "\""), std::string::npos);
     Config rest_config = c;
     rest_config.train.cpu_bf16 = "auto";

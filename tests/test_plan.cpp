@@ -176,6 +176,8 @@ TEST(Plan, TeacherMemoryEqualsTheEnginesAllocationAndItsForwardCountsInTheFlops)
 }
 
 TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
+  if (test_support::test_backend_is_gpu())
+    GTEST_SKIP() << "a CPU run's peak host memory: a GPU run keeps its buffers on the GPU";
   // `small` at micro-batch 8: about 0.6-0.7 GiB of buffers, one timed step, in fp32 and bf16.
   for (const char* precision : {"fp32", "bf16"}) {
     std::string out;
@@ -216,7 +218,8 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
 }
 
 // `ctrl bench --profile` counts the benchmark's own steps: the bf16 probe
-// that follows them (two models, several steps each) stays out of the table.
+// that follows them on a CPU (two models, several steps each) stays out of the
+// table. A GPU runs bf16 natively and bench probes nothing there.
 TEST(Plan, BenchProfileCountsOnlyTheBenchmarkSteps) {
   std::string out;
   ASSERT_EQ(run(test_support::ctrl_binary() + " bench --config tiny --steps 2 --warmup 1 --threads 1 --profile --json "
@@ -226,7 +229,10 @@ TEST(Plan, BenchProfileCountsOnlyTheBenchmarkSteps) {
       << out;
   const size_t table = out.find("\ntime per op");
   ASSERT_NE(table, std::string::npos) << out;
-  EXPECT_TRUE(nlohmann::json::parse(out.substr(0, table)).contains("bf16_probe_step_s")) << "the probe ran\n" << out;
+  EXPECT_EQ(nlohmann::json::parse(out.substr(0, table)).contains("bf16_probe_step_s"),
+            !test_support::test_backend_is_gpu())
+      << "the probe ran on a CPU, and only there\n"
+      << out;
   for (const char* op : {"adamw_update", "lm_head_loss", "embedding_forward"}) {
     const size_t at = out.find(std::string("\n") + op + " ");
     ASSERT_NE(at, std::string::npos) << op << "\n" << out;
@@ -237,6 +243,8 @@ TEST(Plan, BenchProfileCountsOnlyTheBenchmarkSteps) {
 // bf16 on a CPU: the plan names the products' path its bf16 time was measured on,
 // as auto chose it, and a pinned path is taken as given.
 TEST(Plan, CpuBf16PlanNamesTheProductsPath) {
+  // CTRL_DEVICE=cuda would give `ctrl plan --hardware cpu` the GPU's backend to time.
+  if (test_support::test_backend_is_gpu()) GTEST_SKIP() << "the CPU's bf16 products: a GPU's have no path to choose";
   const std::string base = test_support::ctrl_binary() + " plan --config tiny --tokens 1e6 --hardware cpu --precision bf16";
   std::string out;
   ASSERT_EQ(run(base + " 2>&1", &out), 0) << out;
@@ -585,10 +593,12 @@ TEST(Plan, Bf16AdviceFollowsTheMeasuredStepsNotTheProducts) {
 
 // The probe runs real steps of the model in both precisions on the caller's
 // backend, cut to the layers that fit the memory it may take, and leaves
-// the backend's bf16 path as it found it.
+// the backend's bf16 path as it found it: on a CPU the widened path chosen
+// here, on a GPU native (it has no other).
 TEST(Plan, Bf16ProbeTimesBothPrecisionsOnWhatFits) {
   const Config c = config_of("tiny", {"train.precision=bf16", "train.micro_batch=2"});
   auto ops = make_ops("cpu", 1);
+  const std::string path = ops->gpu() >= 0 ? "native" : "widened";
   const bool was_widened = cpu::bf16_widened();  // process-wide: restored for the tests after this one
   ops->choose_bf16_products("widened", 0);
   const plan::Bf16StepTimes whole = probe_bf16_steps(c, *ops, 0);
@@ -597,7 +607,7 @@ TEST(Plan, Bf16ProbeTimesBothPrecisionsOnWhatFits) {
   EXPECT_EQ(whole.of_layers, 4);
   EXPECT_GT(whole.bf16_step_s, 0);
   EXPECT_GT(whole.fp32_step_s, 0);
-  EXPECT_EQ(ops->bf16_path(), "widened");
+  EXPECT_EQ(ops->bf16_path(), path);
   // Room for both copies at 2 layers, not 3: cut to 2.
   auto both = [&](int64_t layers) {
     Config b = c, f = c;

@@ -15,6 +15,7 @@
 #include "corpus/prepare.h"
 #include "corpus/sources.h"
 #include "data/shard.h"
+#include "test_support.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctrl {
@@ -198,8 +199,9 @@ TEST_F(PrepareTest, BadInputGivesOneLineErrorsAndLeavesNothing) {
 }
 
 TEST_F(PrepareTest, CommandLineReportsErrorsInOneLine) {
-  const std::string cmd = std::string(CTRL_BINARY) + " prepare --source Wikipedia=" + (dir_ / "missing.bz2").string() +
-                          " --out " + (dir_ / "cli").string() + " 2>" + (dir_ / "err.txt").string();
+  const std::string cmd = test_support::ctrl_binary() + " prepare --source Wikipedia=" +
+                          (dir_ / "missing.bz2").string() + " --out " + (dir_ / "cli").string() + " 2>" +
+                          (dir_ / "err.txt").string();
   const int status = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(status), 1);
   const std::string err = read_file((dir_ / "err.txt").string());
@@ -212,7 +214,7 @@ TEST_F(PrepareTest, CommandLineOnTheRealWikipediaSample) {
   const std::string path = fs::exists(sample) ? sample : "/work/shared/data/jawiki-excerpt.xml.bz2";
   if (!fs::exists(path)) GTEST_SKIP() << "no Wikipedia sample";
   const std::string out = (dir_ / "wiki").string();
-  const std::string cmd = std::string(CTRL_BINARY) + " prepare --source Wikipedia=" + path + " --source Novel=" +
+  const std::string cmd = test_support::ctrl_binary() + " prepare --source Wikipedia=" + path + " --source Novel=" +
                           (dir_ / "novels").string() + " --out " + out +
                           " --vocab-size 4000 --sample-sentences 4000 --valid-fraction 0.05 --threads 2 > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);

@@ -3,7 +3,8 @@
 // with a checkpoint; a full disk stops it with an error; two trainings cannot
 // share a run directory; what killed runs leave is removed; metrics never
 // repeat a step; exports and renames are atomic and durable. Most tests run
-// the real binary (CTRL_BINARY) in a child process and signal or limit it.
+// the real binary (test_support::ctrl_binary()) in a child process and signal
+// or limit it.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -51,7 +52,7 @@ Config small_config(int64_t steps, int64_t checkpoint_every = 3) {
 }
 
 std::string train_command(const std::string& out, const std::string& extra) {
-  std::string s = std::string(CTRL_BINARY) + " train --config tiny --quiet --out " + out;
+  std::string s = test_support::ctrl_binary() + " train --config tiny --quiet --out " + out;
   for (const char* set : kModel) s += std::string(" --set ") + set;
   return s + " " + extra;
 }
@@ -398,7 +399,7 @@ TEST(RunLifecycle, ExportIsAllOrNothing) {
   TrainerOptions o{dir + "/run", false, true};
   Trainer(small_config(1), o).run();
   const std::string ckpt = checkpoint_path(o.run_dir, 1), out = dir + "/hf";
-  const std::string cmd = "bash -c \"trap '' XFSZ; ulimit -f 16; exec " + std::string(CTRL_BINARY) +
+  const std::string cmd = "bash -c \"trap '' XFSZ; ulimit -f 16; exec " + test_support::ctrl_binary() +
                           " export hf --model " + ckpt + " --out " + out + "\" 2>" + dir + "/err";
   const int status = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(status), 1);
@@ -439,7 +440,7 @@ TEST(RunLifecycle, EveryRenameIsFollowedByAnFsyncOfItsDirectory) {
                           "Document " + std::to_string(i) + " tells of the river, the mountain and the sea. " +
                               std::string(size_t(50 + i), "abcdefghij"[i % 10]) + "\n");
   const std::string trace = dir + "/trace", env = "env LD_PRELOAD=" CTRL_IO_TRACE_LIB " CTRL_IO_TRACE=" + trace + " ";
-  const std::string ctrl = env + CTRL_BINARY;
+  const std::string ctrl = env + test_support::ctrl_binary();
   ASSERT_EQ(std::system((env + train_command(dir + "/run", "--set train.steps=2 --set train.checkpoint_every=1") +
                          " 2>/dev/null").c_str()), 0);
   ASSERT_EQ(std::system((env + train_command(dir + "/run", "--resume --set train.steps=3") + " 2>/dev/null").c_str()),

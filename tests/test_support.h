@@ -50,6 +50,11 @@ inline std::string ctrl_binary() {
 // The backend that model-level tests run on: cpu, or the one CTRL_DEVICE names
 // (ctest's checked_* entries run the suite on the checked backend).
 inline std::unique_ptr<ctrl::Ops> make_test_ops() { return ctrl::make_ops("cpu"); }
+// Whether that backend is a GPU (CTRL_DEVICE=cuda: ctest's cuda_suite), as the
+// engine decides it (Ops::gpu() >= 0). A GPU runs bf16 natively, so neither
+// train.cpu_bf16 nor ctrl bench's bf16 probe applies, and its buffers are not
+// host memory: tests of those expect the GPU's behaviour or skip.
+inline bool test_backend_is_gpu() { return make_test_ops()->gpu() >= 0; }
 // The CPU reference itself, for op-level tests that pass host arrays to ops.
 inline std::unique_ptr<ctrl::Ops> make_cpu_reference() { return std::make_unique<ctrl::cpu::CpuOps>(); }
 
