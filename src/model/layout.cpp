@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "ops/gpu_scratch.h"
 #include "ops/ops.h"
 
 namespace ctrl {
@@ -197,6 +198,36 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
   a.total = at;
   a.scratch = a.total - a.saved;
   return a;
+}
+
+uint64_t cuda_scratch_bytes(const ModelConfig& m, int64_t micro_batch, DType low, const ModelConfig* teacher) {
+  const bool bf16 = low == DType::BF16, fp16 = low == DType::F16;
+  const uint64_t B = uint64_t(micro_batch), T = uint64_t(m.n_ctx), D = uint64_t(m.d_model), F = uint64_t(m.d_ff),
+                 H = uint64_t(m.n_head), V = uint64_t(m.vocab_size), E = uint64_t(embedding_width(m)), N = B * T,
+                 ld = uint64_t(head_row_stride(m.vocab_size));
+  auto chunks = [](uint64_t rows) { return (rows + 63) / 64; };  // column sums' row chunks (ops/cuda/common.cuh)
+  // The head (lm_head.cu): without a teacher its own chunk when larger than the caller's.
+  const uint64_t caller_rows = std::min<uint64_t>(N, uint64_t(kHeadChunkRows));
+  const uint64_t rows = teacher ? caller_rows : uint64_t(gpu_head_chunk_rows(int64_t(N), int64_t(V), int64_t(caller_rows)));
+  uint64_t head = (rows > caller_rows ? rows * ld * 4 : 0) + (bf16 ? rows * ld * 2 : 0) + N * 8;
+  if (fp16) head += (N + V) * E * 4;
+  if (teacher) {
+    head += N * 8;  // the KL per row
+    if (fp16) head += (N + V) * uint64_t(embedding_width(*teacher)) * 4;
+  }
+  // Attention (attention.cu): q, k, v and their gradients in the heads-major layout, scores.
+  const uint64_t seqs = uint64_t(gpu_attention_sequences(int64_t(B), int64_t(H), int64_t(T)));
+  const uint64_t inner = bf16 ? 2 : 4, scores = seqs * H * T * T;
+  const uint64_t attention = 2 * seqs * T * 3 * D * inner + seqs * T * D * inner + scores * 4 + (bf16 ? scores * 2 : 0);
+  // Linear backward (linear.cpp): a 16-bit copy of an fp32 output gradient (bf16: the
+  // residual stream's gradient into the projections; fp16: every layer's).
+  const uint64_t rounded = bf16 ? N * std::max(D, E) * 2 : fp16 ? N * std::max({3 * D, F, E}) * 2 : 0;
+  const uint64_t partials =
+      std::max({chunks(N) * std::max(3 * D, F) * 4, chunks(rows) * V * 4, 2 * chunks(N) * D * 4, uint64_t(256 * 8)});
+  uint64_t keys = 1;
+  while (keys < N) keys *= 2;  // the embedding's sort keys, a power of two (embedding.cu)
+  const uint64_t bias16 = std::max(3 * D, F) * 2;
+  return head + attention + rounded + partials + keys * 8 + bias16 + T * D * 4 + kGpuGemmWorkspaceBytes;
 }
 
 double train_flops_per_token(const ModelConfig& c) {

@@ -114,6 +114,16 @@ ActivationLayout make_activation_layout(const ModelConfig& config, int64_t micro
 // The activation type of a precision name ("fp32" -> F32, "bf16" -> BF16).
 DType activation_dtype(const std::string& precision);
 
+// The CUDA backend's own scratch at its peak in training (ops/cuda/, sized
+// by ops.h's gpu_head_chunk_rows and gpu_attention_sequences; each slot keeps
+// its largest size): the head's larger logits chunk and its bf16 copy, row
+// losses, fp16's widened head operands; the attention chunk's head-layout
+// copies and fp32 scores; the 16-bit copy of an fp32 output gradient;
+// column-sum partials; the embedding's sort keys; 16-bit bias copies; the
+// position table and cuBLASLt's workspace. `low` as make_activation_layout's.
+uint64_t cuda_scratch_bytes(const ModelConfig& config, int64_t micro_batch, DType low,
+                            const ModelConfig* teacher = nullptr);
+
 // Floating-point operations of one training step per token (forward and
 // backward, matrix products and attention), for throughput figures: the
 // model's FLOPs (the usual MFU basis), which sharing does not change, the

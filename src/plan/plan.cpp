@@ -327,13 +327,17 @@ uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int thread
   return 4 * (inputs + weights + outputs + uint64_t(std::max(threads, 1)) * per_thread);
 }
 
+uint64_t gpu_scratch_bytes(const Config& config, int64_t micro_batch, const ModelConfig* teacher) {
+  return cuda_scratch_bytes(config.model, micro_batch, activation_dtype(config.train.precision), teacher);
+}
+
 void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available, int threads,
                   const ModelConfig* teacher) {
   if (available == 0) return;  // unknown: nothing to check against
   const bool cpu = config.train.device.rfind("cuda", 0) != 0;
   auto need = [&](int64_t b) {
     return memory_estimate(config, b, zero_ranks, kCpuRuntimeOverheadBytes, teacher).total() +
-           (cpu ? cpu_widened_bytes(config, b, threads) : 0);
+           (cpu ? cpu_widened_bytes(config, b, threads) : gpu_scratch_bytes(config, b, teacher));
   };
   const uint64_t bytes = need(micro_batch);
   if (bytes <= available) return;
@@ -491,6 +495,7 @@ Plan make_plan(const Request& r) {
   auto memory_at = [&](int64_t b, int zero) {
     Memory m = memory_estimate(c, b, zero, overhead, teacher);
     if (!gpu) m.widened = cpu_widened_bytes(c, b, cpu_threads);
+    if (gpu) m.gpu_scratch = gpu_scratch_bytes(c, b, teacher);
     return m;
   };
   auto fits = [&](int64_t b) { return memory_at(b, zero_ranks).total() <= p.device_memory; };
@@ -614,7 +619,7 @@ std::string plan_json(const Plan& p) {
                        {"gradients", m.grads},         {"optimizer_state", m.optimizer},
                        {"activations", m.activations}, {"zero_gradient_shard", m.grad_shard},
                        {"workspace", m.workspace},     {"teacher", m.teacher},
-                       {"cpu_widened", m.widened},     {"runtime_overhead", m.overhead},
+                       {"cpu_widened", m.widened},     {"gpu_scratch", m.gpu_scratch},     {"runtime_overhead", m.overhead},
                        {"total", m.total()},           {"device", p.device_memory}};
   j["fits"] = p.fits;
   j["zero_checkpoint_peak_bytes"] = p.zero_checkpoint_peak;
@@ -673,6 +678,7 @@ std::string plan_text(const Plan& p) {
   row("workspace", gib(m.workspace));
   if (m.teacher) row("teacher (forward only)", gib(m.teacher));
   if (m.widened) row("fp32 copies for products", gib(m.widened));
+  if (m.gpu_scratch) row("backend scratch (GPU)", gib(m.gpu_scratch));
   row("runtime overhead", gib(m.overhead));
   row("total", gib(m.total()) + " of " + gib(p.device_memory));
   row("largest micro-batch", std::to_string(p.largest_micro_batch));

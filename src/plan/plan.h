@@ -35,10 +35,11 @@ struct Memory {
   // time) and token buffers; no gradients or optimizer state.
   uint64_t teacher = 0;
   uint64_t widened = 0;       // CPU only: fp32 copies of 16-bit operands for fp32 products (cpu_widened_bytes)
+  uint64_t gpu_scratch = 0;   // GPU only: the CUDA backend's own scratch (gpu_scratch_bytes)
   uint64_t overhead = 0;      // runtime, not the engine's buffers
   uint64_t buffers() const {
     return weights + weights_lowp + grads + optimizer + grad_shard + activations + workspace + batch + teacher +
-           widened;
+           widened + gpu_scratch;
   }
   uint64_t total() const { return buffers() + overhead; }
 };
@@ -140,6 +141,12 @@ Memory memory_estimate(const Config& config, int64_t micro_batch, int zero_ranks
 // head's vocabulary blocks, attention's per-head operands: ops/cpu/gemm.cpp).
 // Not in the activation layout: the backend allocates them on first use.
 uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int threads);
+
+// The CUDA backend's own scratch for a GPU plan (model/layout.h's
+// cuda_scratch_bytes at the plan's precision), which the backend allocates on
+// first use, outside the activation layout. Checked against an H200's
+// measured peaks in tests/test_plan.cpp.
+uint64_t gpu_scratch_bytes(const Config& config, int64_t micro_batch, const ModelConfig* teacher = nullptr);
 
 // Refuses, before anything is allocated, a run that cannot fit: when the
 // engine's buffers at `micro_batch` (on a CPU with cpu_widened_bytes at

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "ops/cuda/common.cuh"
+#include "ops/gpu_scratch.h"
 
 namespace ctrl::cuda {
 
@@ -103,15 +104,6 @@ __global__ void permute_heads(void* dst, int kd, const void* src, int ks, int64_
 
 unsigned row_blocks(int64_t rows) { return unsigned((rows + kWarps - 1) / kWarps); }
 
-// Sequences per chunk: as many as keep the fp32 scores of a chunk within
-// 256 MiB (at least one, at most 8192 for the copies' grid), so that the
-// scratch stays bounded at long contexts.
-int64_t sequences_per_chunk(int64_t B, int64_t H, int64_t T) {
-  constexpr double kScoreBytes = 256.0 * 1024 * 1024;
-  const int64_t fit = int64_t(kScoreBytes / (double(H) * double(T) * double(T) * 4));
-  return std::clamp<int64_t>(fit, 1, std::min<int64_t>(B, 8192));
-}
-
 }  // namespace
 
 void CudaOps::to_heads(void* dst, DType dst_type, const void* src, DType src_type, int64_t B, int64_t T, int64_t H,
@@ -128,7 +120,7 @@ void CudaOps::attention_forward(TensorRef out, TensorRef probs, TensorRef qkv, i
   const bool bf16 = qkv.dtype == DType::BF16;
   const DType inner = bf16 ? DType::BF16 : DType::F32;  // fp16 q, k, v are widened by the copy
   CTRL_ASSERT(probs.dtype == inner);
-  const int64_t hd = D / H, TT = T * T, chunk = sequences_per_chunk(B, H, T);
+  const int64_t hd = D / H, TT = T * T, chunk = gpu_attention_sequences(B, H, T);
   const size_t esize = dtype_size(inner), in_size = dtype_size(qkv.dtype), out_size = dtype_size(out.dtype);
   const float scale = 1.0f / std::sqrt(float(hd));
   char* heads = static_cast<char*>(scratch(kHeadsIn, size_t(chunk * T * 3 * D) * esize));
@@ -156,7 +148,7 @@ void CudaOps::attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, 
   const bool bf16 = qkv.dtype == DType::BF16;
   const DType inner = bf16 ? DType::BF16 : DType::F32;
   CTRL_ASSERT(probs.dtype == inner && dout.dtype == inner && dqkv.dtype == inner);
-  const int64_t hd = D / H, TT = T * T, chunk = sequences_per_chunk(B, H, T);
+  const int64_t hd = D / H, TT = T * T, chunk = gpu_attention_sequences(B, H, T);
   const size_t esize = dtype_size(inner), in_size = dtype_size(qkv.dtype);
   const float scale = 1.0f / std::sqrt(float(hd));
   char* heads = static_cast<char*>(scratch(kHeadsIn, size_t(chunk * T * 3 * D) * esize));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ops/cuda/common.cuh"
+#include "ops/gpu_scratch.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/positions.h"
 
@@ -59,7 +60,7 @@ CudaOps::CudaOps(int device) : device_(device) {
   tf32_ = tf32 && std::strcmp(tf32, "1") == 0;
   CTRL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   init_gemm();
-  workspace_bytes_ = size_t(32) << 20;
+  workspace_bytes_ = size_t(kGpuGemmWorkspaceBytes);
   workspace_ = device_malloc(workspace_bytes_, "the cuBLASLt workspace");
 }
 

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "ops/cuda/common.cuh"
+#include "ops/gpu_scratch.h"
 
 namespace ctrl::cuda {
 
@@ -143,12 +144,10 @@ void CudaOps::head(TensorRef h, TensorRef w, const float* b, const int32_t* targ
   const size_t elem = dtype_size(h.dtype);
   double* losses = static_cast<double*>(scratch(kHeadLoss, size_t(N) * sizeof(double)));
   const int64_t ld = head_row_stride(V);
-  // Without a teacher, chunks of up to 256 MiB of logits in the backend's own
-  // scratch rather than the caller's chunk_rows: each chunk reads and rewrites
-  // the whole fp32 dw (V×D), which at 256 rows cost more than the products.
+  // Without a teacher, larger chunks than the caller's in the backend's own
+  // scratch (gpu_head_chunk_rows): at 256 rows rewriting dw cost more than the products.
   if (!teacher) {
-    const int64_t fit = int64_t((size_t(256) << 20) / (size_t(ld) * sizeof(float)));
-    const int64_t rows = std::min(N, std::max(chunk_rows, fit));
+    const int64_t rows = gpu_head_chunk_rows(N, V, chunk_rows);
     if (rows > chunk_rows) {
       chunk_rows = rows;
       logits = static_cast<float*>(scratch(kHeadLogits, size_t(rows * ld) * sizeof(float)));
