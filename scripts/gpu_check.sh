@@ -13,7 +13,8 @@
 # fails or times out is recorded and the next one still runs.
 # Without a GPU it stops after the first phase with "no CUDA device".
 #
-# PHASES (default "ops suite bench peer") picks phases after the machine's;
+# PHASES (default "ops suite bench peer") picks phases after the machine's
+# ("bench" includes a --profile run of medium in bf16);
 # "peer" runs bench/gpu_vs_pytorch.sh (ctrl against PyTorch eager AMP and
 # torch.compile on medium and base in bf16, then base in fp16 and fp32) with
 # this machine's python3, under PEER_SECONDS (default 420).
@@ -201,6 +202,18 @@ print("|  | " + ", ".join(f"{k} {j[k]:.4g}" if isinstance(j.get(k), float) else 
 PY
   )
 done
+# Where a medium bf16 step's time goes (each op timed to the end of its
+# kernels; `upload` is the model's initialisation): the table that showed
+# attention's per-sequence launches on the first GPU run.
+if want bench; then
+  phase profile_medium_bf16 40 "$work/run/ctrl" bench --device cuda --config medium --steps 3 --warmup 2 \
+    --set train.micro_batch=32 --set train.global_batch=32 --set model.embd_pdrop=0 --set model.resid_pdrop=0 \
+    --set train.precision=bf16 --profile
+  if grep -q '^time per op' "$out/profile_medium_bf16.log" 2>/dev/null; then
+    { echo; echo '```'; sed -n '/^medium:/,/^  peak device/p;/^time per op/,$p' "$out/profile_medium_bf16.log"; echo '```'; echo; } >>"$results"
+  fi
+fi
+
 # The planner calibrated by the base bf16 run: base on 10B tokens on this GPU.
 if want bench && [[ -s $out/bench_base_bf16.result.json ]]; then
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1)
@@ -226,4 +239,12 @@ if want peer; then
 fi
 
 log "done in $(( $(date +%s) - t0 ))s; table: $results"
+# PACK=1: everything but results.md and check.log into one archive beside
+# them (the device tool brings back at most 8 files).
+if [[ ${PACK:-0} == 1 ]]; then
+  pack=$(mktemp /tmp/gpu-check-out.XXXXXX.tar.gz)
+  tar -C "$out" --exclude=./results.md --exclude=./check.log -czf "$pack" . &&
+    find "$out" -mindepth 1 -not -name results.md -not -name check.log -delete &&
+    mv "$pack" "$out/gpu-check-out.tar.gz"
+fi
 cat "$results"
