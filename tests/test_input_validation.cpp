@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "corpus/sources.h"
 #include "data/shard.h"
 #include "model/config.h"
+#include "model/layout.h"
 #include "plan/plan.h"
 #include "test_support.h"
 #include "tokenizer/tokenizer.h"
@@ -450,7 +452,7 @@ TEST(BadInputMemory, ARunThatCannotFitIsRefusedWithTheLargestMicroBatch) {
   EXPECT_ERROR(plan::check_memory(c, 1, 1, 1 << 20, 2), "not even micro-batch 1 fits");
   EXPECT_GT(plan::available_memory_bytes(), 0u);
   // bf16 on a CPU also needs the fp32 copies of widened products (auto may
-  // widen; native does not), and a GPU run none of them.
+  // widen), or native products' bf16 copy of an fp32 output gradient.
   c.train.precision = "bf16";
   const uint64_t bf16_at8 = plan::memory_estimate(c, 8, 1, plan::kCpuRuntimeOverheadBytes).total();
   const uint64_t widened = plan::cpu_widened_bytes(c, 8, 2);
@@ -458,10 +460,16 @@ TEST(BadInputMemory, ARunThatCannotFitIsRefusedWithTheLargestMicroBatch) {
   EXPECT_NO_THROW(plan::check_memory(c, 8, 1, bf16_at8 + widened, 2));
   EXPECT_ERROR(plan::check_memory(c, 8, 1, bf16_at8 + widened - 1, 2), "at micro-batch 8");
   c.train.cpu_bf16 = "native";
-  EXPECT_EQ(plan::cpu_widened_bytes(c, 8, 2), 0u);
-  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, bf16_at8, 2));
+  const uint64_t native = plan::cpu_widened_bytes(c, 8, 2);
+  EXPECT_EQ(native, uint64_t(2 * 8 * c.model.n_ctx * std::max(c.model.d_model, embedding_width(c.model))));
+  EXPECT_LT(native, widened);
+  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, bf16_at8 + native, 2));
+  EXPECT_ERROR(plan::check_memory(c, 8, 1, bf16_at8 + native - 1, 2), "at micro-batch 8");
+  // A GPU run needs the CUDA backend's own scratch instead (plan::gpu_scratch_bytes).
   c.train.cpu_bf16 = "widened", c.train.device = "cuda";
-  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, bf16_at8, 2));
+  const uint64_t gpu_scratch = plan::gpu_scratch_bytes(c, 8);
+  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, bf16_at8 + gpu_scratch, 2));
+  EXPECT_ERROR(plan::check_memory(c, 8, 1, bf16_at8 + gpu_scratch - 1, 2), "at micro-batch 8");
 }
 
 TEST(BadInputMemory, AMillionLayersIsRefusedUpFront) {

@@ -17,6 +17,13 @@ namespace ctrl {
 constexpr size_t kAlignElements = 16;
 // Rows of the fused head's logits chunk (at most; fewer when the micro-batch has fewer tokens).
 constexpr int64_t kHeadChunkRows = 256;
+// Model::init_weights computes the initial weights on the host and uploads
+// them this many floats at a time (4 MiB), whatever a tensor's size: a whole
+// tensor's staging (the V x D embedding: 47 MiB at `small`, 1.2 GiB at
+// CTRL's) was the CPU process's peak memory, above the training step's,
+// in no count of the planner's. The planner's CPU runtime overhead
+// (plan::kCpuRuntimeOverheadBytes) holds this much.
+constexpr size_t kInitStagingFloats = size_t(1) << 20;
 // The CPU backend's vocabulary block in the head (ops/ops.h), for the
 // planner, which sees backends only through the model.
 int64_t cpu_head_vocab_block();

@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -48,15 +49,21 @@ Model::Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low, 
 
 void Model::init_weights() {
   ops_.fill(params.data(), params.size(), 0.0f);
-  std::vector<float> host;  // staging, one tensor at a time
+  // Staging of at most kInitStagingFloats (model/layout.h): each value depends
+  // only on (seed, tensor, element), so the pieces give the whole tensor's bits.
+  std::vector<float> host;
   for (size_t i = 0; i < layout_.tensors.size(); ++i) {
     const ParamTensor& t = layout_.tensors[i];
     const bool is_layernorm_weight = t.name.find("layernorm") != std::string::npos && t.name.size() > 7 &&
                                      t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
     if (t.is_matrix) {
-      host.resize(t.numel);
-      for (size_t j = 0; j < t.numel; ++j) host[j] = float(config_.init_range * random_normal(config_.seed, i, j));
-      params.upload(host.data(), t.numel, t.offset);
+      for (size_t j0 = 0; j0 < t.numel; j0 += kInitStagingFloats) {
+        const size_t n = std::min(kInitStagingFloats, t.numel - j0);
+        host.resize(n);
+        for (size_t j = 0; j < n; ++j)
+          host[j] = float(config_.init_range * random_normal(config_.seed, i, j0 + j));
+        params.upload(host.data(), n, t.offset + j0);
+      }
     } else if (is_layernorm_weight) {
       ops_.fill(params.data() + t.offset, t.numel, 1.0f);
     }

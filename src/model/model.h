@@ -66,8 +66,8 @@ class Model {
   void write_param(const std::string& name, const std::vector<float>& values);
 
   // Hugging Face's initialization from config.seed: matrices N(0, init_range),
-  // biases 0, LayerNorm weight 1 and bias 0 (computed on the host a tensor at
-  // a time and uploaded).
+  // biases 0, LayerNorm weight 1 and bias 0 (computed on the host and
+  // uploaded kInitStagingFloats at a time, model/layout.h).
   void init_weights();
   void zero_grads() { ops_.fill(grads.data(), grads.size(), 0.0f); }
   // ZeRO-1: reallocates params and grads with `total` >= layout().total

@@ -305,14 +305,23 @@ Memory memory_estimate(const Config& config, int64_t micro_batch, int zero_ranks
   return m;
 }
 
+// Model::init_weights' host staging, before the first step, stays well inside
+// the runtime overhead, which the step's own scratch fills.
+static_assert(kInitStagingFloats * sizeof(float) <= kCpuRuntimeOverheadBytes / 8);
+
 uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int threads) {
   const TrainConfig& t = config.train;
-  const bool fp16 = t.precision == "fp16", bf16 = t.precision == "bf16" && t.cpu_bf16 != "native";
-  if (!fp16 && !bf16) return 0;
   const ModelConfig& m = config.model;
   const uint64_t N = uint64_t(micro_batch) * uint64_t(m.n_ctx), T = uint64_t(m.n_ctx), D = uint64_t(m.d_model),
                  F = uint64_t(m.d_ff), V = uint64_t(m.vocab_size);
   const uint64_t E = m.embedding_dim > 0 ? uint64_t(m.embedding_dim) : D;  // the head's width
+  // bf16 products (ops/cpu/linear.cpp, CpuOps::bf16_scratch): an fp32 output
+  // gradient (the residual stream's into the attention output and FFN out
+  // projections, D wide; a factorized head's into its D→E projection, E wide)
+  // rounded to bf16 once for both backward products.
+  if (t.precision == "bf16" && t.cpu_bf16 == "native") return 2 * N * std::max(D, E);
+  const bool fp16 = t.precision == "fp16", bf16 = t.precision == "bf16";
+  if (!fp16 && !bf16) return 0;
   // The linear layers: qkv D→3D, attention output D→D, FFN D→F and F→D, a factorized head's D→E.
   uint64_t inputs = N * std::max(D, F), weights = std::max({3 * D * D, F * D, E * D});
   const uint64_t outputs = N * std::max({3 * D, F, E});
@@ -677,7 +686,10 @@ std::string plan_text(const Plan& p) {
   row("activations", gib(m.activations));
   row("workspace", gib(m.workspace));
   if (m.teacher) row("teacher (forward only)", gib(m.teacher));
-  if (m.widened) row("fp32 copies for products", gib(m.widened));
+  if (m.widened)
+    row(c.train.precision == "bf16" && c.train.cpu_bf16 == "native" ? "bf16 copies for products"
+                                                                     : "fp32 copies for products",
+        gib(m.widened));
   if (m.gpu_scratch) row("backend scratch (GPU)", gib(m.gpu_scratch));
   row("runtime overhead", gib(m.overhead));
   row("total", gib(m.total()) + " of " + gib(p.device_memory));

@@ -34,7 +34,8 @@ struct Memory {
   // parameters, 16-bit copy, activations (recompute "layers": one layer's at a
   // time) and token buffers; no gradients or optimizer state.
   uint64_t teacher = 0;
-  uint64_t widened = 0;       // CPU only: fp32 copies of 16-bit operands for fp32 products (cpu_widened_bytes)
+  uint64_t widened = 0;       // CPU only: fp32 copies of 16-bit operands for fp32 products, or native bf16's
+                              // bf16 copy of an fp32 output gradient (cpu_widened_bytes)
   uint64_t gpu_scratch = 0;   // GPU only: the CUDA backend's own scratch (gpu_scratch_bytes)
   uint64_t overhead = 0;      // runtime, not the engine's buffers
   uint64_t buffers() const {
@@ -69,9 +70,11 @@ ModelConfig teacher_forward_config(const ModelConfig& teacher);
 uint64_t engine_buffer_bytes(const Config& config, int64_t micro_batch);
 
 // Runtime memory of a CPU process around the engine's buffers (shared
-// libraries, heap, OpenMP and oneDNN threads, the ops' per-thread scratch),
-// measured with `ctrl bench` at 20-38 MiB over tiny and small, fp32 and bf16,
-// micro-batches 1-32; see the README, "Planning a run".
+// libraries, heap, OpenMP and oneDNN threads and JIT code, the ops'
+// per-thread scratch, oneDNN's scratchpads), measured with `ctrl bench` at
+// 20-38 MiB over tiny and small, fp32 and bf16, micro-batches 1-32; see the
+// README, "Planning a run". Model::init_weights' host staging comes before the
+// step's scratch and is bounded by it (kInitStagingFloats, model/layout.h).
 constexpr uint64_t kCpuRuntimeOverheadBytes = 40ull << 20;
 // CUDA context, cuBLAS/cuDNN handles and kernels, allocator slack per GPU.
 constexpr uint64_t kGpuRuntimeOverheadBytes = 1ull << 30;
@@ -139,6 +142,8 @@ Memory memory_estimate(const Config& config, int64_t micro_batch, int zero_ranks
 // output or dy: ops/cpu/linear.cpp); fp16's head widens h and the embedding
 // into the first two; widened bf16 products keep two blocks per thread (the
 // head's vocabulary blocks, attention's per-head operands: ops/cpu/gemm.cpp).
+// bf16 products (native, or emulated by oneDNN) instead keep one bf16 copy of
+// an fp32 output gradient, N x max(D, E): 2 bytes each.
 // Not in the activation layout: the backend allocates them on first use.
 uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int threads);
 
