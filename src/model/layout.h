@@ -122,7 +122,7 @@ ActivationLayout make_activation_layout(const ModelConfig& config, int64_t micro
 DType activation_dtype(const std::string& precision);
 
 // The CUDA backend's own scratch at its peak in training (ops/cuda/, sized
-// by ops.h's gpu_head_chunk_rows and gpu_attention_sequences; each slot keeps
+// by ops/gpu_scratch.h's gpu_head_chunk_rows and gpu_attention_sequences; each slot keeps
 // its largest size): the head's larger logits chunk and its bf16 copy, row
 // losses, fp16's widened head operands; the attention chunk's head-layout
 // copies and fp32 scores; the 16-bit copy of an fp32 output gradient;

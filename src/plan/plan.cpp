@@ -309,17 +309,23 @@ Memory memory_estimate(const Config& config, int64_t micro_batch, int zero_ranks
 // the runtime overhead, which the step's own scratch fills.
 static_assert(kInitStagingFloats * sizeof(float) <= kCpuRuntimeOverheadBytes / 8);
 
+namespace {
+// A CPU bf16 run pinned to oneDNN's bf16 kernels: its products take bf16
+// operands, and only an fp32 output gradient needs a (bf16) copy.
+bool native_bf16_products(const TrainConfig& t) { return t.precision == "bf16" && t.cpu_bf16 == "native"; }
+}  // namespace
+
 uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int threads) {
   const TrainConfig& t = config.train;
   const ModelConfig& m = config.model;
   const uint64_t N = uint64_t(micro_batch) * uint64_t(m.n_ctx), T = uint64_t(m.n_ctx), D = uint64_t(m.d_model),
                  F = uint64_t(m.d_ff), V = uint64_t(m.vocab_size);
-  const uint64_t E = m.embedding_dim > 0 ? uint64_t(m.embedding_dim) : D;  // the head's width
+  const uint64_t E = uint64_t(embedding_width(m));  // the head's width
   // bf16 products (ops/cpu/linear.cpp, CpuOps::bf16_scratch): an fp32 output
   // gradient (the residual stream's into the attention output and FFN out
   // projections, D wide; a factorized head's into its D→E projection, E wide)
   // rounded to bf16 once for both backward products.
-  if (t.precision == "bf16" && t.cpu_bf16 == "native") return 2 * N * std::max(D, E);
+  if (native_bf16_products(t)) return 2 * N * std::max(D, E);
   const bool fp16 = t.precision == "fp16", bf16 = t.precision == "bf16";
   if (!fp16 && !bf16) return 0;
   // The linear layers: qkv D→3D, attention output D→D, FFN D→F and F→D, a factorized head's D→E.
@@ -687,9 +693,7 @@ std::string plan_text(const Plan& p) {
   row("workspace", gib(m.workspace));
   if (m.teacher) row("teacher (forward only)", gib(m.teacher));
   if (m.widened)
-    row(c.train.precision == "bf16" && c.train.cpu_bf16 == "native" ? "bf16 copies for products"
-                                                                     : "fp32 copies for products",
-        gib(m.widened));
+    row(native_bf16_products(c.train) ? "bf16 copies for products" : "fp32 copies for products", gib(m.widened));
   if (m.gpu_scratch) row("backend scratch (GPU)", gib(m.gpu_scratch));
   row("runtime overhead", gib(m.overhead));
   row("total", gib(m.total()) + " of " + gib(p.device_memory));

@@ -128,7 +128,6 @@ class CudaOps final : public Ops {
   enum Slot {
     kWidenA,
     kWidenB,
-    kWidenC,
     kRound,
     kF32Out,
     kPartials,
