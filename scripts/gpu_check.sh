@@ -13,8 +13,9 @@
 # fails or times out is recorded and the next one still runs.
 # Without a GPU it stops after the first phase with "no CUDA device".
 #
-# PHASES (default "ops suite bench peer") picks phases after the machine's
-# ("bench" includes a --profile run of medium in bf16);
+# PHASES (default "ops suite bench fused peer") picks phases after the machine's
+# ("bench" includes a --profile run of medium in bf16; "fused" runs the bf16
+# tests and medium and base throughput with CTRL_CUDA_ATTENTION=fused);
 # "peer" runs bench/gpu_vs_pytorch.sh (ctrl against PyTorch eager AMP and
 # torch.compile on medium and base in bf16, then base in fp16 and fp32) with
 # this machine's python3, under PEER_SECONDS (default 420).
@@ -95,7 +96,7 @@ if ! "$work/run/ctrl" --version >"$out/version.txt" 2>&1 && grep -q GLIBC "$out/
   done
   "$work/run/ctrl" --version >"$out/version.txt" 2>&1
 fi
-PHASES=${PHASES:-ops suite bench peer}
+PHASES=${PHASES:-ops suite bench fused peer}
 DEADLINE=${DEADLINE:-470}
 want() { [[ " $PHASES " == *" $1 "* ]]; }
 export CTRL_TEST_BINARY=$work/run/ctrl CTRL_TEST_SOURCE_DIR=$work OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
@@ -165,7 +166,7 @@ phase() {
 # Phase 2: every op against the CPU reference, repeat determinism, memory.
 # If it fails, once more with cuBLASLt off (every product on the plain
 # fallback kernel), which tells a cuBLASLt problem from a kernel problem.
-ops_filter='Backends/OpTable.*/cuda:Devices/EveryBackend.*/cuda:Backend.*'
+ops_filter='Backends/OpTable.*/cuda:OpTable.CudaFused*:Devices/EveryBackend.*/cuda:Backend.*'
 # CTRL_CUDA_VERBOSE names every product shape cuBLASLt had no algorithm for (in ops.log).
 want ops && phase ops 75 env CTRL_CUDA_VERBOSE=1 "$work/run/ctrl_tests" --gtest_filter="$ops_filter" --gtest_output="json:$out/ops.json"
 if want ops && ! grep -q '^| ops | ok' "$results"; then
@@ -182,6 +183,18 @@ suite suite_mixed 70 'MixedPrecision*:Distill.*'
 suite suite_hf 45 'HuggingFace*:Generator*:Oracle/*:ToyTask*:Plan.*:ControlCodes*:ControlAccuracy*'
 suite suite_grad 55 'GradCheck.WholeModel*:GradCheck.ParameterGradients*:GradCheck.MicroBatches*:Variants/DoubleReference*:Lighter*'
 
+# The JSON of a `ctrl bench --json` phase NAME as NAME.result.json, and its
+# main figures as a row of the table.
+bench_row() {
+  sed -n '/^{/,/^}/p' "$out/$1.log" >"$out/$1.result.json" 2>/dev/null
+  python3 - "$out/$1.result.json" "${2:-}" >>"$results" 2>/dev/null <<'PY' || true
+import json, sys
+j = json.load(open(sys.argv[1]))
+keys = ["config", "precision", "gpu", "tokens_per_s", "it_per_s", "achieved_gflops", "gemm_peak_gflops", "share_of_gemm_peak", "peak_device_bytes", "final_loss"]
+print("| " + sys.argv[2] + " | " + ", ".join(f"{k} {j[k]:.4g}" if isinstance(j.get(k), float) else f"{k} {j[k]}" for k in keys if k in j) + " | | |")
+PY
+}
+
 # Phase 4: throughput (bench/results takes these JSON files).
 want bench && for run in tiny:fp32 tiny:bf16 small:fp32 small:bf16 base:bf16; do
   cfg=${run%:*} prec=${run#*:}
@@ -193,13 +206,7 @@ want bench && for run in tiny:fp32 tiny:bf16 small:fp32 small:bf16 base:bf16; do
     slow=$(grep -E 'cuBLASLt has no algorithm|cuBLASLt refused|no cuBLASLt' "$out/$name.log" 2>/dev/null)
     [[ -n $slow ]] && row "${name}_fallback" WARN 0 \
       "$(wc -l <<<"$slow") line(s) on the fallback kernel: $(head -2 <<<"$slow" | tr '\n|' ' /' | head -c 240)"
-    sed -n '/^{/,/^}/p' "$out/$name.log" >"$out/$name.result.json" 2>/dev/null
-    python3 - "$out/$name.result.json" >>"$results" 2>/dev/null <<'PY' || true
-import json, sys
-j = json.load(open(sys.argv[1]))
-keys = ["config", "precision", "gpu", "tokens_per_s", "it_per_s", "achieved_gflops", "gemm_peak_gflops", "share_of_gemm_peak", "peak_device_bytes", "final_loss"]
-print("|  | " + ", ".join(f"{k} {j[k]:.4g}" if isinstance(j.get(k), float) else f"{k} {j[k]}" for k in keys if k in j) + " | | |")
-PY
+    bench_row "$name"
   )
 done
 # Where a medium bf16 step's time goes (each op timed to the end of its
@@ -211,6 +218,28 @@ if want bench; then
     --set train.precision=bf16 --profile
   if grep -q '^time per op' "$out/profile_medium_bf16.log" 2>/dev/null; then
     { echo; echo '```'; sed -n '/^medium:/,/^  peak device/p;/^time per op/,$p' "$out/profile_medium_bf16.log"; echo '```'; echo; } >>"$results"
+  fi
+fi
+
+# Phase 4b: the fused attention (CTRL_CUDA_ATTENTION=fused, attention_fused.cu;
+# its op test ran in phase ops): the bf16 model-level tests with it, then
+# medium and base bf16 at micro-batch 32 with and without it, and where a
+# medium step's time goes with it.
+if want fused; then
+  phase suite_fused 70 env CTRL_DEVICE=cuda CTRL_CUDA_ATTENTION=fused "$work/run/ctrl_tests" \
+    --gtest_filter='MixedPrecision*:Trainer*:Checkpoint*:GradCheck.WholeModel*' --gtest_output="json:$out/suite_fused.json"
+  for run in medium:unfused medium:fused base:unfused base:fused; do
+    cfg=${run%:*} attention=${run#*:}
+    phase "bench_${cfg}_bf16_b32_${attention}" 40 env CTRL_CUDA_ATTENTION=$attention "$work/run/ctrl" bench \
+      --device cuda --config "$cfg" --steps 5 --warmup 2 --set train.micro_batch=32 --set train.global_batch=32 \
+      --set train.precision=bf16 --json
+    bench_row "bench_${cfg}_bf16_b32_${attention}" "attention $attention"
+  done
+  phase profile_medium_bf16_fused 40 env CTRL_CUDA_ATTENTION=fused "$work/run/ctrl" bench --device cuda \
+    --config medium --steps 3 --warmup 2 --set train.micro_batch=32 --set train.global_batch=32 \
+    --set model.embd_pdrop=0 --set model.resid_pdrop=0 --set train.precision=bf16 --profile
+  if grep -q '^time per op' "$out/profile_medium_bf16_fused.log" 2>/dev/null; then
+    { echo; echo '```'; sed -n '/^time per op/,$p' "$out/profile_medium_bf16_fused.log"; echo '```'; echo; } >>"$results"
   fi
 fi
 

@@ -56,13 +56,13 @@ TEST(Bf16Ops, AttentionMatchesFp32) {
   std::vector<float> out32(B * T * D), probs32(B * H * T * T), dqkv32(B * T * 3 * D);
   std::vector<uint16_t> out16(out32.size()), probs16(probs32.size()), dqkv16(dqkv32.size());
   ops->attention_forward(out32.data(), probs32.data(), qkv.f32.data(), B, T, D, H);
-  ops->attention_backward(dqkv32.data(), dout.f32.data(), qkv.f32.data(), probs32.data(), B, T, D, H);
+  ops->attention_backward(dqkv32.data(), dout.f32.data(), qkv.f32.data(), out32.data(), probs32.data(), B, T, D, H);
   ops->attention_forward(TensorRef(out16.data(), DType::BF16), TensorRef(probs16.data(), DType::BF16),
                          TensorRef(const_cast<uint16_t*>(qkv.bf16.data()), DType::BF16), B, T, D, H);
   ops->attention_backward(TensorRef(dqkv16.data(), DType::BF16),
                           TensorRef(const_cast<uint16_t*>(dout.bf16.data()), DType::BF16),
                           TensorRef(const_cast<uint16_t*>(qkv.bf16.data()), DType::BF16),
-                          TensorRef(probs16.data(), DType::BF16), B, T, D, H);
+                          TensorRef(out16.data(), DType::BF16), TensorRef(probs16.data(), DType::BF16), B, T, D, H);
   // Causality: exact zeros above the diagonal.
   for (int64_t bh = 0; bh < B * H; ++bh)
     for (int64_t i = 0; i < T; ++i)

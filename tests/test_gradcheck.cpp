@@ -215,7 +215,7 @@ TEST(GradCheck, CausalAttention) {
     };
     f();
     std::vector<float> dqkv(qkv.size(), 1e3f);  // overwritten
-    ops->attention_backward(dqkv.data(), r.data(), qkv.data(), probs.data(), B, T, D, H);
+    ops->attention_backward(dqkv.data(), r.data(), qkv.data(), out.data(), probs.data(), B, T, D, H);
     EXPECT_GRAD(check_gradient(qkv.data(), dqkv.data(), dqkv.size(), kSmoothStep, f), kSmoothTol, "attention dqkv");
 
     // Causality: the first position sees only itself, so its output is its own

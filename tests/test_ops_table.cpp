@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -132,6 +133,48 @@ std::string str(DType t) { return t == DType::F32 ? "f32" : t == DType::BF16 ? "
 // fp32 results to 1e-5 of their scale; results through 16-bit products or storage to 16-bit rounding.
 double bound_for(DType t) { return t == DType::F32 ? 1e-5 : t == DType::BF16 ? 1.6e-2 : 2e-3; }
 
+// Attention: T = 1, odd T, several heads, and T = 150 for the causal blocks
+// of 64 (two whole, one partial); fp32, and bf16 activations. The heads of
+// width 64 and 80 at T up to 256 are the shapes of the CUDA backend's fused
+// kernels (tiles of 64 rows; CTRL's own heads are 80 wide). What the forward
+// saves for the backward is the backend's own (the CPU's softmax, or row
+// statistics), so it is compared only through the backward's result.
+std::vector<Case> attention_cases() {
+  std::vector<Case> cases;
+  const DType F32 = DType::F32, BF16 = DType::BF16;
+  for (DType t : {F32, BF16})
+    for (auto [B, T, D, H] : std::vector<std::array<int64_t, 4>>{{1, 1, 8, 2},
+                                                                 {2, 5, 12, 3},
+                                                                 {1, 17, 16, 4},
+                                                                 {1, 150, 16, 2},
+                                                                 {2, 1, 128, 2},
+                                                                 {2, 100, 128, 2},
+                                                                 {1, 256, 128, 2},
+                                                                 {1, 70, 160, 2}}) {
+      const std::string shape =
+          " B" + std::to_string(B) + " T" + std::to_string(T) + " D" + std::to_string(D) + " H" + std::to_string(H);
+      const size_t rows = size_t(B * T), saved = size_t(B * H * T * (T + 2));  // the softmax, or fp32 row statistics
+      cases.push_back({"attention_forward " + str(t) + shape,
+                       bound_for(t),
+                       {out(t, rows * size_t(D), Init::Zero), in(t, saved, Init::Zero), in(t, rows * size_t(3 * D))},
+                       [=](Ops& ops, const std::vector<void*>& p) {
+                         ops.attention_forward({p[0], t}, {p[1], t}, {p[2], t}, B, T, D, H);
+                         return 0.0;
+                       }});
+      // The backward reads what the forward saved.
+      cases.push_back({"attention_backward " + str(t) + shape,
+                       t == F32 ? 1e-4 : 3e-2,
+                       {out(t, rows * size_t(3 * D), Init::Zero), in(t, rows * size_t(D)), in(t, rows * size_t(3 * D)),
+                        in(t, saved, Init::Zero), in(t, rows * size_t(D), Init::Zero)},
+                       [=](Ops& ops, const std::vector<void*>& p) {
+                         ops.attention_forward({p[4], t}, {p[3], t}, {p[2], t}, B, T, D, H);
+                         ops.attention_backward({p[0], t}, {p[1], t}, {p[2], t}, {p[4], t}, {p[3], t}, B, T, D, H);
+                         return 0.0;
+                       }});
+    }
+  return cases;
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   const DType F32 = DType::F32, BF16 = DType::BF16, F16 = DType::F16;
@@ -183,32 +226,7 @@ std::vector<Case> all_cases() {
                          return 0.0;
                        }});
     }
-  // Attention: T = 1, odd T, several heads, and T = 150 for the causal blocks
-  // of 64 (two whole, one partial); fp32, and bf16 activations.
-  for (DType t : {F32, BF16})
-    for (auto [B, T, D, H] :
-         std::vector<std::array<int64_t, 4>>{{1, 1, 8, 2}, {2, 5, 12, 3}, {1, 17, 16, 4}, {1, 150, 16, 2}}) {
-      const std::string shape =
-          " B" + std::to_string(B) + " T" + std::to_string(T) + " D" + std::to_string(D) + " H" + std::to_string(H);
-      const size_t rows = size_t(B * T);
-      cases.push_back({"attention_forward " + str(t) + shape, bound_for(t),
-                       {out(t, rows * size_t(D), Init::Zero), out(t, size_t(B * H * T * T), Init::Zero),
-                        in(t, rows * size_t(3 * D))},
-                       [=](Ops& ops, const std::vector<void*>& p) {
-                         ops.attention_forward({p[0], t}, {p[1], t}, {p[2], t}, B, T, D, H);
-                         return 0.0;
-                       }});
-      // The backward reads a softmax that the forward made.
-      cases.push_back({"attention_backward " + str(t) + shape, t == F32 ? 1e-4 : 3e-2,
-                       {out(t, rows * size_t(3 * D), Init::Zero), in(t, rows * size_t(D)),
-                        in(t, rows * size_t(3 * D)), in(t, size_t(B * H * T * T), Init::Zero),
-                        in(t, rows * size_t(D), Init::Zero)},
-                       [=](Ops& ops, const std::vector<void*>& p) {
-                         ops.attention_forward({p[4], t}, {p[3], t}, {p[2], t}, B, T, D, H);
-                         ops.attention_backward({p[0], t}, {p[1], t}, {p[2], t}, {p[3], t}, B, T, D, H);
-                         return 0.0;
-                       }});
-    }
+  for (Case& c : attention_cases()) cases.push_back(std::move(c));
   // Embedding and position, at widths that are even (sin | cos halves).
   for (auto [B, T, D] : std::vector<std::array<int64_t, 3>>{{1, 1, 8}, {2, 7, 12}}) {
     const int64_t V = 11;
@@ -408,16 +426,12 @@ bool backend_runs(Ops& ops, const Case& c) {
   }
 }
 
-TEST_P(OpTable, EveryOpMatchesTheCpuReferenceWithinItsBound) {
+// Every case on `backend` against the CPU reference, within the case's bound.
+void expect_within_bounds(Ops& backend, const std::vector<Case>& cases, const std::string& label) {
   auto reference = test_support::make_cpu_reference();
-  auto backend = make_ops(GetParam());
-  auto cases = all_cases();
-  EXPECT_GT(cases.size(), 100u);
-  if (!backend->host_memory())
-    for (Case& c : grid_limit_cases()) cases.push_back(std::move(c));
   for (const Case& c : cases) {
-    if (!backend_runs(*backend, c)) continue;
-    const Result want = run_case(*reference, c), got = run_case(*backend, c);
+    if (!backend_runs(backend, c)) continue;
+    const Result want = run_case(*reference, c), got = run_case(backend, c);
     double scale = std::max(1.0, std::abs(want.value)), err = std::abs(got.value - want.value);
     for (size_t k = 0; k < want.outputs.size(); ++k)
       for (size_t i = 0; i < want.outputs[k].size(); ++i) {
@@ -427,25 +441,67 @@ TEST_P(OpTable, EveryOpMatchesTheCpuReferenceWithinItsBound) {
         scale = std::max(scale, std::abs(w));
         err = std::max(err, std::abs(g - w));
       }
-    EXPECT_LE(err, c.bound * scale) << GetParam() << ": " << c.name << " (error " << err << ", scale " << scale
-                                    << ")";
+    EXPECT_LE(err, c.bound * scale) << label << ": " << c.name << " (error " << err << ", scale " << scale << ")";
   }
+}
+
+// Every case on `backend` twice: the same bits.
+void expect_repeatable(Ops& backend, const std::vector<Case>& cases, const std::string& label) {
+  for (const Case& c : cases) {
+    if (!backend_runs(backend, c)) continue;
+    const Result a = run_case(backend, c), b = run_case(backend, c);
+    bool same = std::memcmp(&a.value, &b.value, sizeof a.value) == 0;
+    for (size_t k = 0; k < a.outputs.size(); ++k)
+      for (size_t i = 0; i < a.outputs[k].size(); ++i)
+        same = same && (std::memcmp(&a.outputs[k][i], &b.outputs[k][i], sizeof(double)) == 0 ||
+                        (std::isnan(a.outputs[k][i]) && std::isnan(b.outputs[k][i])));
+    EXPECT_TRUE(same) << label << ": " << c.name << " differs between two runs";
+  }
+}
+
+TEST_P(OpTable, EveryOpMatchesTheCpuReferenceWithinItsBound) {
+  auto backend = make_ops(GetParam());
+  auto cases = all_cases();
+  EXPECT_GT(cases.size(), 100u);
+  if (!backend->host_memory())
+    for (Case& c : grid_limit_cases()) cases.push_back(std::move(c));
+  expect_within_bounds(*backend, cases, GetParam());
 }
 
 // Determinism: every op gives the same bits when run again on the same
 // inputs (no reduction whose order depends on scheduling, no float atomics).
 TEST_P(OpTable, RepeatedRunsAreBitIdentical) {
   auto backend = make_ops(GetParam());
-  for (const Case& c : all_cases()) {
-    if (!backend_runs(*backend, c)) continue;
-    const Result a = run_case(*backend, c), b = run_case(*backend, c);
-    bool same = std::memcmp(&a.value, &b.value, sizeof a.value) == 0;
-    for (size_t k = 0; k < a.outputs.size(); ++k)
-      for (size_t i = 0; i < a.outputs[k].size(); ++i)
-        same = same && (std::memcmp(&a.outputs[k][i], &b.outputs[k][i], sizeof(double)) == 0 ||
-                        (std::isnan(a.outputs[k][i]) && std::isnan(b.outputs[k][i])));
-    EXPECT_TRUE(same) << GetParam() << ": " << c.name << " differs between two runs";
-  }
+  expect_repeatable(*backend, all_cases(), GetParam());
+}
+
+// The CUDA backend's fused attention (CTRL_CUDA_ATTENTION=fused; bf16, heads
+// of 16 to 128 columns in steps of 16), which keeps each row's log-sum-exp
+// instead of the softmax, against the CPU reference and repeatable.
+TEST(OpTable, CudaFusedAttentionMatchesTheCpuReference) {
+  const auto devices = available_devices();
+  if (std::find(devices.begin(), devices.end(), "cuda") == devices.end())
+    GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
+  const char* before = std::getenv("CTRL_CUDA_ATTENTION");
+  const std::string saved = before ? before : "";
+  setenv("CTRL_CUDA_ATTENTION", "fused", 1);
+  auto backend = make_ops("cuda");
+  if (before)
+    setenv("CTRL_CUDA_ATTENTION", saved.c_str(), 1);
+  else
+    unsetenv("CTRL_CUDA_ATTENTION");
+  // The fused kernels are in use for bf16 at heads of 64 and 80 (row
+  // statistics saved), not for fp32 or heads of 4.
+  EXPECT_EQ(backend->attention_saved_bytes(2, 100, 128, 2, DType::BF16), size_t(2 * 2 * 100 * 4));
+  EXPECT_EQ(backend->attention_saved_bytes(1, 70, 160, 2, DType::BF16), size_t(2 * 70 * 4));
+  EXPECT_EQ(backend->attention_saved_bytes(2, 100, 128, 2, DType::F32), attention_probs_bytes(2, 100, 2, DType::F32));
+  EXPECT_EQ(backend->attention_saved_bytes(1, 17, 16, 4, DType::BF16), attention_probs_bytes(1, 17, 4, DType::BF16));
+  std::vector<Case> cases;
+  for (Case& c : attention_cases())
+    if (c.name.find(" bf16 ") != std::string::npos) cases.push_back(std::move(c));
+  EXPECT_EQ(cases.size(), 16u);
+  expect_within_bounds(*backend, cases, "cuda fused attention");
+  expect_repeatable(*backend, cases, "cuda fused attention");
 }
 
 // The CPU's two bf16 paths (ops/cpu/gemm.h: oneDNN's bf16 kernels, and the

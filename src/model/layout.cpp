@@ -106,7 +106,7 @@ DType activation_dtype(const std::string& precision) {
 
 int64_t cpu_head_vocab_block() { return kCpuHeadVocabBlock; }
 
-ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType low, int64_t T) {
+ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType low, int64_t T, const Ops* ops) {
   ActivationLayout a;
   a.dtype = low;
   a.inner = low == DType::BF16 ? DType::BF16 : DType::F32;
@@ -114,7 +114,8 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
   a.T = T > 0 ? T : c.n_ctx;
   const size_t N = size_t(B) * size_t(a.T), D = size_t(c.d_model), F = size_t(c.d_ff);
   const size_t E = size_t(embedding_width(c));
-  const size_t probs = size_t(B) * size_t(c.n_head) * size_t(a.T) * size_t(a.T);
+  const size_t attention_saved = ops ? ops->attention_saved_bytes(B, a.T, c.d_model, c.n_head, a.inner)
+                                     : attention_probs_bytes(B, a.T, c.n_head, a.inner);
   const bool factorized = c.embedding_dim > 0;
   const bool cheap = c.recompute == "cheap", whole_layers = c.recompute == "layers";
   size_t at = 0;
@@ -135,7 +136,7 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
     L.ln1_rstd = take(N);
     if (keep_recomputable) L.ln1_out = take_low(N * D);
     L.qkv = take_low(N * 3 * D);
-    L.probs = take_inner(probs);
+    L.attention_saved = take((attention_saved + 3) / 4);
     L.att = take_low(N * D);
     if (!rounded_stream || whole_layers) L.x_mid = take(N * D);
     if (rounded_stream) L.ln2_in = take_inner(N * D);

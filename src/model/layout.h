@@ -13,6 +13,8 @@
 
 namespace ctrl {
 
+class Ops;  // ops/ops.h
+
 // Offsets are rounded up to this many elements (64 bytes of fp32) for SIMD.
 constexpr size_t kAlignElements = 16;
 // Rows of the fused head's logits chunk (at most; fewer when the micro-batch has fewer tokens).
@@ -84,7 +86,7 @@ int64_t embedding_width(const ModelConfig& config);
 // repeated exactly).
 struct ActivationLayout {
   struct Layer {
-    size_t x_in, ln1_mean, ln1_rstd, ln1_out, qkv, probs, att, x_mid, ln2_mean, ln2_rstd, ln2_out, ffn_h;
+    size_t x_in, ln1_mean, ln1_rstd, ln1_out, qkv, attention_saved, att, x_mid, ln2_mean, ln2_rstd, ln2_out, ffn_h;
     size_t ln1_in, ln2_in;  // the LayerNorms' inputs (see above)
   };
   int64_t B = 0, T = 0;
@@ -116,8 +118,10 @@ struct ActivationLayout {
 // LayerNorm statistics and the logits chunk stay fp32. Offsets and totals count
 // 4-byte units, so a 16-bit slot takes half the room. Rows are micro_batch
 // sequences of `T` tokens (0: n_ctx); decoding (Model::decode) needs one row.
+// Each layer's attention_saved takes ops->attention_saved_bytes(); without a
+// backend, the CPU's softmax (B·H·T·T of `inner`).
 ActivationLayout make_activation_layout(const ModelConfig& config, int64_t micro_batch, DType low = DType::F32,
-                                        int64_t T = 0);
+                                        int64_t T = 0, const Ops* ops = nullptr);
 // The activation type of a precision name ("fp32" -> F32, "bf16" -> BF16).
 DType activation_dtype(const std::string& precision);
 

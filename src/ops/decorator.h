@@ -78,17 +78,21 @@ class OpsDecorator : public Ops {
                                 {gamma, "gamma"}});
     inner_->layernorm_backward(din, dgamma, dbeta, dout, in, mean, rstd, gamma, N, D);
   }
-  void attention_forward(TensorRef out, TensorRef probs, TensorRef qkv, int64_t B, int64_t T, int64_t D,
+  void attention_forward(TensorRef out, TensorRef saved, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                          int64_t H) override {
     Scope s(*this, "attention_forward");
-    args("attention_forward", {{out.data, "out"}, {probs.data, "probs"}, {qkv.data, "qkv"}});
-    inner_->attention_forward(out, probs, qkv, B, T, D, H);
+    args("attention_forward", {{out.data, "out"}, {saved.data, "saved"}, {qkv.data, "qkv"}});
+    inner_->attention_forward(out, saved, qkv, B, T, D, H);
   }
-  void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef probs, int64_t B, int64_t T,
-                          int64_t D, int64_t H) override {
+  void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef out, TensorRef saved, int64_t B,
+                          int64_t T, int64_t D, int64_t H) override {
     Scope s(*this, "attention_backward");
-    args("attention_backward", {{dqkv.data, "dqkv"}, {dout.data, "dout"}, {qkv.data, "qkv"}, {probs.data, "probs"}});
-    inner_->attention_backward(dqkv, dout, qkv, probs, B, T, D, H);
+    args("attention_backward",
+         {{dqkv.data, "dqkv"}, {dout.data, "dout"}, {qkv.data, "qkv"}, {out.data, "out"}, {saved.data, "saved"}});
+    inner_->attention_backward(dqkv, dout, qkv, out, saved, B, T, D, H);
+  }
+  size_t attention_saved_bytes(int64_t B, int64_t T, int64_t D, int64_t H, DType inner) const override {
+    return inner_->attention_saved_bytes(B, T, D, H, inner);
   }
   void embedding_forward(TensorRef x, const int32_t* tokens, const float* w, int64_t B, int64_t T, int64_t D,
                          float scale) override {

@@ -129,8 +129,8 @@ void CpuOps::attention_forward(TensorRef out_ref, TensorRef probs_ref, TensorRef
   });
 }
 
-void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRef qkv_ref, TensorRef probs_ref,
-                                int64_t B, int64_t T, int64_t D, int64_t H) {
+void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRef qkv_ref, TensorRef /*out*/,
+                                TensorRef probs_ref, int64_t B, int64_t T, int64_t D, int64_t H) {
   const bool bf16 = qkv_ref.dtype == DType::BF16;
   const DType inner = bf16 ? DType::BF16 : DType::F32;
   CTRL_ASSERT(probs_ref.dtype == inner && dout_ref.dtype == inner && dqkv_ref.dtype == inner);

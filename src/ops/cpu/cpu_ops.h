@@ -40,10 +40,10 @@ class CpuOps final : public Ops {
                          int64_t N, int64_t D, float eps) override;
   void layernorm_backward(TensorRef din, float* dgamma, float* dbeta, TensorRef dout, TensorRef in, const float* mean,
                           const float* rstd, const float* gamma, int64_t N, int64_t D) override;
-  void attention_forward(TensorRef out, TensorRef probs, TensorRef qkv, int64_t B, int64_t T, int64_t D,
+  void attention_forward(TensorRef out, TensorRef saved, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                          int64_t H) override;
-  void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef probs, int64_t B, int64_t T,
-                          int64_t D, int64_t H) override;
+  void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef out, TensorRef saved, int64_t B,
+                          int64_t T, int64_t D, int64_t H) override;
   void embedding_forward(TensorRef x, const int32_t* tokens, const float* w, int64_t B, int64_t T, int64_t D,
                          float scale) override;
   void embedding_backward(float* dw, TensorRef dx, const int32_t* tokens, int64_t B, int64_t T, int64_t D,

@@ -4,10 +4,11 @@
 // cuBLASLt call batched over all heads of a chunk of sequences: per layer a
 // handful of launches instead of a few per sequence, which left the GPU
 // waiting on the host. The causal softmax and its backward are fused row
-// kernels, one warp per row. probs[B,H,T,T] keeps the softmax, as the
-// interface states. The type paths are the CPU's (ops/cpu/attention.cpp):
-// fp32 (fp16 q, k, v widened to fp32 by the copy), and bf16 with fp32 scores
-// and softmax.
+// kernels, one warp per row. probs[B,H,T,T] keeps the softmax, as on the
+// CPU. The type paths are the CPU's (ops/cpu/attention.cpp): fp32 (fp16 q, k,
+// v widened to fp32 by the copy), and bf16 with fp32 scores and softmax.
+// With CTRL_CUDA_ATTENTION=fused, bf16 attention of the widths that
+// attention_fused.cu handles runs there instead and keeps no softmax.
 #include <cmath>
 
 #include "ops/cuda/common.cuh"
@@ -119,6 +120,7 @@ void CudaOps::attention_forward(TensorRef out, TensorRef probs, TensorRef qkv, i
                                 int64_t H) {
   const bool bf16 = qkv.dtype == DType::BF16;
   const DType inner = bf16 ? DType::BF16 : DType::F32;  // fp16 q, k, v are widened by the copy
+  if (fused_attention(inner, D, H)) return fused_attention_forward(out, probs, qkv, B, T, D, H);
   CTRL_ASSERT(probs.dtype == inner);
   const int64_t hd = D / H, TT = T * T, chunk = gpu_attention_sequences(B, H, T);
   const size_t esize = dtype_size(inner), in_size = dtype_size(qkv.dtype), out_size = dtype_size(out.dtype);
@@ -143,10 +145,11 @@ void CudaOps::attention_forward(TensorRef out, TensorRef probs, TensorRef qkv, i
   }
 }
 
-void CudaOps::attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef probs, int64_t B, int64_t T,
-                                 int64_t D, int64_t H) {
+void CudaOps::attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef out, TensorRef probs,
+                                 int64_t B, int64_t T, int64_t D, int64_t H) {
   const bool bf16 = qkv.dtype == DType::BF16;
   const DType inner = bf16 ? DType::BF16 : DType::F32;
+  if (fused_attention(inner, D, H)) return fused_attention_backward(dqkv, dout, qkv, out, probs, B, T, D, H);
   CTRL_ASSERT(probs.dtype == inner && dout.dtype == inner && dqkv.dtype == inner);
   const int64_t hd = D / H, TT = T * T, chunk = gpu_attention_sequences(B, H, T);
   const size_t esize = dtype_size(inner), in_size = dtype_size(qkv.dtype);

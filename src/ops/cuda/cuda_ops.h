@@ -73,10 +73,11 @@ class CudaOps final : public Ops {
                          int64_t N, int64_t D, float eps) override;
   void layernorm_backward(TensorRef din, float* dgamma, float* dbeta, TensorRef dout, TensorRef in, const float* mean,
                           const float* rstd, const float* gamma, int64_t N, int64_t D) override;
-  void attention_forward(TensorRef out, TensorRef probs, TensorRef qkv, int64_t B, int64_t T, int64_t D,
+  void attention_forward(TensorRef out, TensorRef saved, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                          int64_t H) override;
-  void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef probs, int64_t B, int64_t T,
-                          int64_t D, int64_t H) override;
+  void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef out, TensorRef saved, int64_t B,
+                          int64_t T, int64_t D, int64_t H) override;
+  size_t attention_saved_bytes(int64_t B, int64_t T, int64_t D, int64_t H, DType inner) const override;
   void embedding_forward(TensorRef x, const int32_t* tokens, const float* w, int64_t B, int64_t T, int64_t D,
                          float scale) override;
   void embedding_backward(float* dw, TensorRef dx, const int32_t* tokens, int64_t B, int64_t T, int64_t D,
@@ -144,6 +145,7 @@ class CudaOps final : public Ops {
     kHeadsGrad,
     kHeadLogits,
     kBias16,
+    kRowDot,
     kSlots
   };
   void* scratch(Slot slot, size_t bytes);
@@ -155,6 +157,16 @@ class CudaOps final : public Ops {
   // src is token-major), converting the element type (attention.cu).
   void to_heads(void* dst, DType dst_type, const void* src, DType src_type, int64_t B, int64_t T, int64_t H, int64_t hd,
                 int64_t parts, bool to_heads_layout);
+  // Whether attention of that type and width runs on the fused kernels
+  // (attention_fused.cu): CTRL_CUDA_ATTENTION=fused, bf16, sm_80 or newer,
+  // heads of 64, 80 or 128 columns whose tiles fit the GPU's shared memory.
+  // A function of the device and the shape alone, so the layout's
+  // attention_saved_bytes and the calls agree.
+  bool fused_attention(DType inner, int64_t D, int64_t H) const;
+  void fused_attention_forward(TensorRef out, TensorRef saved, TensorRef qkv, int64_t B, int64_t T, int64_t D,
+                               int64_t H);
+  void fused_attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef out, TensorRef saved,
+                                int64_t B, int64_t T, int64_t D, int64_t H);
 
  private:
   struct GemmPlan;  // gemm.cu
@@ -173,6 +185,8 @@ class CudaOps final : public Ops {
   int device_ = 0, sm_major_ = 0, sm_minor_ = 0;
   std::string gpu_name_;
   bool tf32_ = false;
+  bool fused_attention_ = false;  // CTRL_CUDA_ATTENTION=fused
+  size_t max_shared_optin_ = 0;   // dynamic shared memory a block may opt in to
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
