@@ -476,7 +476,7 @@ TEST_P(OpTable, RepeatedRunsAreBitIdentical) {
 }
 
 // The CUDA backend's fused attention (CTRL_CUDA_ATTENTION=fused; bf16, heads
-// of 16 to 128 columns in steps of 16), which keeps each row's log-sum-exp
+// of 64 or 80 columns), which keeps each row's log-sum-exp
 // instead of the softmax, against the CPU reference and repeatable.
 TEST(OpTable, CudaFusedAttentionMatchesTheCpuReference) {
   const auto devices = available_devices();

@@ -51,7 +51,7 @@ constexpr size_t backward_shared() {  // either backward kernel: 4 bf16 tiles, 2
 }
 // Staging the results of a 16-row warp needs 16 × (HD + 4) fp32 per warp
 // within the two fp32 score tiles.
-static_assert(4 * 16 * kOutLd<128> <= 2 * kTile * kScoreLd, "staging exceeds the score tiles");
+static_assert(4 * 16 * kOutLd<80> <= 2 * kTile * kScoreLd, "staging exceeds the score tiles");
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 #define CTRL_FUSED_ATTENTION_BODY 1
@@ -365,12 +365,13 @@ size_t fused_shared_bytes() {
 }
 
 // Calls f(std::integral_constant<int, HD>) for a head width the kernels are
-// built for and returns true; false for any other width.
+// built for (64: every preset but `ctrl`; 80: `ctrl`) and returns true; false
+// for any other width. 128 would need dk and dv in shared memory: in
+// registers they spill on sm_90 (tools/check_cuda_resources.sh).
 template <typename F>
 bool with_head_width(int64_t hd, F f) {
   if (hd == 64) return f(std::integral_constant<int, 64>{}), true;
   if (hd == 80) return f(std::integral_constant<int, 80>{}), true;
-  if (hd == 128) return f(std::integral_constant<int, 128>{}), true;
   return false;
 }
 

@@ -159,7 +159,7 @@ class CudaOps final : public Ops {
                 int64_t parts, bool to_heads_layout);
   // Whether attention of that type and width runs on the fused kernels
   // (attention_fused.cu): CTRL_CUDA_ATTENTION=fused, bf16, sm_80 or newer,
-  // heads of 64, 80 or 128 columns whose tiles fit the GPU's shared memory.
+  // heads of 64 or 80 columns whose tiles fit the GPU's shared memory.
   // A function of the device and the shape alone, so the layout's
   // attention_saved_bytes and the calls agree.
   bool fused_attention(DType inner, int64_t D, int64_t H) const;
