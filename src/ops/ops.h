@@ -145,8 +145,9 @@ class Ops {
   virtual void* work_queue() const { return nullptr; }
   // How a CPU backend runs bf16 products (train.cpu_bf16): "native" (oneDNN's
   // bf16 kernels), "widened" (fp32 products of the bf16 values), or "auto":
-  // both measured for about `seconds` each, widened when it is at least
-  // kWidenedWorthIt times faster. auto measures once per process and then
+  // both measured for about `seconds` each, in alternating halves so that a
+  // passing load on the machine slows both alike, widened when its fastest
+  // is at least kWidenedWorthIt times the native fastest. auto measures once per process and then
   // repeats that answer, so the runs of one process agree. Where oneDNN has no
   // bf16 kernels for the CPU every setting runs widened. Returns the path
   // taken and what was measured (0: not measured this call). Other backends
