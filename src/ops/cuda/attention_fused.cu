@@ -46,7 +46,7 @@ constexpr size_t forward_shared() {
   return 3 * kTile * kLd<HD> * 2 + kTile * kScoreLd * 4 + kTile * kProbLd * 2 + kTile * kOutLd<HD> * 4;
 }
 template <int HD>
-constexpr size_t backward_shared() {  // either backward kernel: 4 bf16 tiles, 2 fp32 and 2 bf16 score tiles, 2 rows
+constexpr size_t backward_shared() {  // either backward kernel: BackwardShared's parts
   return 4 * kTile * kLd<HD> * 2 + 2 * kTile * kScoreLd * 4 + 2 * kTile * kProbLd * 2 + 2 * kTile * 4;
 }
 // Staging the results of a 16-row warp needs 16 × (HD + 4) fp32 per warp
@@ -243,6 +243,27 @@ __device__ void warp_softmax_backward(bf16* P16, bf16* dS16, const float* S, con
   }
 }
 
+// The backward kernels' shared memory (backward_shared): four bf16 tiles
+// [64][HD + 8], the fp32 score and dP tiles, two bf16 probability tiles and
+// the 64 rows' log-sum-exp and dO·O.
+template <int HD>
+struct BackwardShared {
+  bf16* tile[4];
+  float *S, *dP;
+  bf16* probs[2];
+  float *lse, *dot;
+  __device__ explicit BackwardShared(unsigned char* base) {
+    tile[0] = reinterpret_cast<bf16*>(base);
+    for (int i = 1; i < 4; ++i) tile[i] = tile[i - 1] + kTile * kLd<HD>;
+    S = reinterpret_cast<float*>(tile[3] + kTile * kLd<HD>);
+    dP = S + kTile * kScoreLd;
+    probs[0] = reinterpret_cast<bf16*>(dP + kTile * kScoreLd);
+    probs[1] = probs[0] + kTile * kProbLd;
+    lse = reinterpret_cast<float*>(probs[1] + kTile * kProbLd);
+    dot = lse + kTile;
+  }
+};
+
 // dk and dv: block (key tile, head, sequence), looping over the query tiles
 // at or after it; dk = scale · Σ dSᵀ·q, dv = Σ Pᵀ·dO. Rows of the score tiles
 // are keys here.
@@ -252,16 +273,9 @@ __global__ void __launch_bounds__(kThreads)
                              const float* dot, int64_t T, int64_t H, float scale) {
 #ifdef CTRL_FUSED_ATTENTION_BODY
   extern __shared__ __align__(128) unsigned char shared[];
-  bf16* Ks = reinterpret_cast<bf16*>(shared);
-  bf16* Vs = Ks + kTile * kLd<HD>;
-  bf16* Qs = Vs + kTile * kLd<HD>;
-  bf16* dOs = Qs + kTile * kLd<HD>;
-  float* S = reinterpret_cast<float*>(dOs + kTile * kLd<HD>);
-  float* dP = S + kTile * kScoreLd;
-  bf16* PT = reinterpret_cast<bf16*>(dP + kTile * kScoreLd);
-  bf16* dST = PT + kTile * kProbLd;
-  float* lse_s = reinterpret_cast<float*>(dST + kTile * kProbLd);
-  float* dot_s = lse_s + kTile;
+  const BackwardShared<HD> sh(shared);
+  bf16 *Ks = sh.tile[0], *Vs = sh.tile[1], *Qs = sh.tile[2], *dOs = sh.tile[3], *PT = sh.probs[0], *dST = sh.probs[1];
+  float *S = sh.S, *dP = sh.dP, *lse_s = sh.lse, *dot_s = sh.dot;
   const int warp = threadIdx.x >> 5;
   const int64_t kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, D = H * HD, ld = 3 * D;
   const int64_t k0 = kt * kTile, tiles = (T + kTile - 1) / kTile;
@@ -314,15 +328,9 @@ __global__ void __launch_bounds__(kThreads)
                             const float* dot, int64_t T, int64_t H, float scale) {
 #ifdef CTRL_FUSED_ATTENTION_BODY
   extern __shared__ __align__(128) unsigned char shared[];
-  bf16* Qs = reinterpret_cast<bf16*>(shared);
-  bf16* dOs = Qs + kTile * kLd<HD>;
-  bf16* Ks = dOs + kTile * kLd<HD>;
-  bf16* Vs = Ks + kTile * kLd<HD>;
-  float* S = reinterpret_cast<float*>(Vs + kTile * kLd<HD>);
-  float* dP = S + kTile * kScoreLd;
-  bf16* dS = reinterpret_cast<bf16*>(dP + kTile * kScoreLd);
-  float* lse_s = reinterpret_cast<float*>(dS + 2 * kTile * kProbLd);
-  float* dot_s = lse_s + kTile;
+  const BackwardShared<HD> sh(shared);
+  bf16 *Qs = sh.tile[0], *dOs = sh.tile[1], *Ks = sh.tile[2], *Vs = sh.tile[3], *dS = sh.probs[0];
+  float *S = sh.S, *dP = sh.dP, *lse_s = sh.lse, *dot_s = sh.dot;
   const int warp = threadIdx.x >> 5;
   const int64_t qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, D = H * HD, ld = 3 * D;
   const int64_t q0 = qt * kTile;
