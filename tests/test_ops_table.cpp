@@ -27,6 +27,9 @@
 #include "ops/cpu/gemm.h"
 #include "ops/ops.h"
 #include "test_support.h"
+#ifdef CTRL_HAVE_CUDA
+#include "ops/cuda/cuda_backend.h"
+#endif
 
 namespace ctrl {
 namespace {
@@ -482,6 +485,10 @@ TEST(OpTable, CudaFusedAttentionMatchesTheCpuReference) {
   const auto devices = available_devices();
   if (std::find(devices.begin(), devices.end(), "cuda") == devices.end())
     GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
+#ifdef CTRL_HAVE_CUDA
+  if (const int sm = cuda::compute_capability(0); sm < 80)
+    GTEST_SKIP() << "the fused attention needs sm_80 or newer (bf16 tensor cores); GPU 0 is sm_" << sm;
+#endif
   const char* before = std::getenv("CTRL_CUDA_ATTENTION");
   const std::string saved = before ? before : "";
   setenv("CTRL_CUDA_ATTENTION", "fused", 1);

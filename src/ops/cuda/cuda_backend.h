@@ -11,6 +11,9 @@ namespace ctrl::cuda {
 // CUDA devices this process can use; 0 when there is no driver or no device
 // (never throws, prints nothing).
 int device_count();
+// GPU `device`'s compute capability as major·10 + minor (90: sm_90); 0 when
+// there is no such device.
+int compute_capability(int device);
 // Why device_count() is 0 (ops.h, cuda_unavailable_reason); "" when a
 // device is present.
 std::string no_device_reason();

@@ -30,6 +30,15 @@ int device_count() {
   return n;
 }
 
+int compute_capability(int device) {
+  cudaDeviceProp prop{};
+  if (device < 0 || device >= device_count() || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return prop.major * 10 + prop.minor;
+}
+
 std::string no_device_reason() {
   int driver = 0, n = 0;
   if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) return "no NVIDIA driver";
