@@ -209,8 +209,9 @@ want bench && for run in tiny:fp32 tiny:bf16 small:fp32 small:bf16 base:bf16; do
     bench_row "$name"
   )
 done
-# Where a medium bf16 step's time goes (each op timed to the end of its
-# kernels; `upload` is the model's initialisation): the table that showed
+# Where a medium bf16 step's time goes (each op's GPU time between CUDA
+# events queued around it; the first H200 runs synchronised after every op
+# instead; `upload` is the model's initialisation): the table that showed
 # attention's per-sequence launches on the first GPU run.
 if want bench; then
   phase profile_medium_bf16 40 "$work/run/ctrl" bench --device cuda --config medium --steps 3 --warmup 2 \

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/decorator.h"
 #include "ops/ops.h"
+#include "ops/profiled_ops.h"
 #include "test_support.h"
 
 namespace ctrl {
@@ -192,6 +194,42 @@ TEST(CliDevice, TrainAndGenerateOnTheCheckedBackendMatchTheCpu) {
   EXPECT_FALSE(a.empty());
   EXPECT_NE(run(bin + common + " --device tpu --out " + base + "_bad 2>&1", &out), 0);
   EXPECT_NE(out.find("train.device must be cpu, checked, cuda or cuda:N, got 'tpu'"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace ctrl
+
+namespace ctrl {
+namespace {
+
+// A backend with a device clock: every mark is 1 ms after the one before, so
+// each op spans 1 ms between its two marks. The reset is counted.
+class ClockedOps final : public OpsDecorator {
+ public:
+  explicit ClockedOps(std::unique_ptr<Ops> inner) : OpsDecorator(std::move(inner)) {}
+  int timer_mark() override { return next_++; }
+  double timer_seconds(int from, int to) override { return 1e-3 * (to - from); }
+  void timer_reset() override { next_ = 0, ++resets; }
+  int resets = 0;
+
+ private:
+  int next_ = 0;
+};
+
+// The profiler reads a backend's device clock (no host wait per op) in
+// batches, and every op's span lands in its own row.
+TEST(Profiler, ReadsTheDeviceClockOfAnAsynchronousBackend) {
+  auto clocked = std::make_unique<ClockedOps>(test_support::make_cpu_reference());
+  ClockedOps* clock = clocked.get();
+  auto ops = make_profiled_ops(std::move(clocked));
+  std::vector<float> x(16, 1.0f);
+  for (int i = 0; i < 5000; ++i) ops->scale(x.data(), x.size(), 1.0f);
+  ops->fill(x.data(), x.size(), 0.0f);
+  EXPECT_EQ(clock->resets, 1);  // one batch read while running (4,096 ops), the rest by the report
+  const std::string report = profile_report(*ops);
+  EXPECT_EQ(clock->resets, 2);
+  EXPECT_NE(report.find("scale                    5000      5.000"), std::string::npos) << report;
+  EXPECT_NE(report.find("fill                        1      0.001"), std::string::npos) << report;
 }
 
 }  // namespace

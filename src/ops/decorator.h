@@ -43,6 +43,9 @@ class OpsDecorator : public Ops {
   uint64_t peak_device_bytes() const override { return inner_->peak_device_bytes(); }
   int gpu() const override { return inner_->gpu(); }
   void* work_queue() const override { return inner_->work_queue(); }
+  int timer_mark() override { return inner_->timer_mark(); }
+  double timer_seconds(int from, int to) override { return inner_->timer_seconds(from, to); }
+  void timer_reset() override { inner_->timer_reset(); }
   std::string gpu_name() const override { return inner_->gpu_name(); }
 
   void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,

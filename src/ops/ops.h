@@ -143,6 +143,14 @@ class Ops {
   // orders its collectives after them by events instead of host fences (the
   // cuda backend's cudaStream_t); null for backends whose ops finish on return.
   virtual void* work_queue() const { return nullptr; }
+  // A clock on the backend's queue, for the profiler (`ctrl bench
+  // --profile`): timer_mark() records a point after every op queued so far
+  // and returns its number; timer_seconds(from, to) waits for `to` and gives
+  // the device time between the two; timer_reset() lets the numbers be used
+  // again. -1 from timer_mark(): no such clock (ops finish on return).
+  virtual int timer_mark() { return -1; }
+  virtual double timer_seconds(int from, int to) { return 0; }
+  virtual void timer_reset() {}
   // How a CPU backend runs bf16 products (train.cpu_bf16): "native" (oneDNN's
   // bf16 kernels), "widened" (fp32 products of the bf16 values), or "auto":
   // both measured for about `seconds` each, in alternating halves so that a

@@ -10,8 +10,11 @@
 namespace ctrl {
 namespace {
 
-// Each op's time runs until the backend has finished it (synchronize), so an
-// asynchronous backend's kernels are timed, not their launches.
+// An asynchronous backend's kernels are timed, not their launches: on a
+// backend with a device clock (Ops::timer_mark) from a mark queued before
+// the op to one after it, read in batches, so the step runs without a host
+// wait per op; otherwise until the backend has finished the op
+// (synchronize) on the host's clock.
 class ProfiledOps final : public OpsDecorator {
  public:
   explicit ProfiledOps(std::unique_ptr<Ops> inner) : OpsDecorator(std::move(inner)) {}
@@ -20,19 +23,44 @@ class ProfiledOps final : public OpsDecorator {
     long calls = 0;
     double seconds = 0;
   };
-  std::map<std::string, Entry> entries;
+  // Every op's entry so far, with the device marks still pending read.
+  const std::map<std::string, Entry>& entries() {
+    read_marks();
+    return entries_;
+  }
 
  protected:
-  void enter(const char*) override { start_ = std::chrono::steady_clock::now(); }
+  void enter(const char*) override {
+    start_ = std::chrono::steady_clock::now();
+    mark_ = inner().timer_mark();
+  }
   void leave(const char* op) override {
-    inner().synchronize();
-    Entry& e = entries[op];
+    Entry& e = entries_[op];
     ++e.calls;
+    if (mark_ >= 0) {
+      pending_.push_back({&e, mark_, inner().timer_mark()});
+      if (pending_.size() >= kPendingMarks) read_marks();
+      return;
+    }
+    inner().synchronize();
     e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
 
  private:
+  static constexpr size_t kPendingMarks = 4096;  // op calls between two reads of the device clock
+  struct Pending {
+    Entry* entry;
+    int from, to;
+  };
+  void read_marks() {
+    for (const Pending& p : pending_) p.entry->seconds += inner().timer_seconds(p.from, p.to);
+    pending_.clear();
+    inner().timer_reset();
+  }
+  std::map<std::string, Entry> entries_;
+  std::vector<Pending> pending_;
   std::chrono::steady_clock::time_point start_;
+  int mark_ = -1;
 };
 
 }  // namespace
@@ -41,10 +69,11 @@ std::unique_ptr<Ops> make_profiled_ops(std::unique_ptr<Ops> inner) {
   return std::make_unique<ProfiledOps>(std::move(inner));
 }
 
-std::string profile_report(const Ops& ops) {
-  const auto* p = dynamic_cast<const ProfiledOps*>(&ops);
+std::string profile_report(Ops& ops) {
+  auto* p = dynamic_cast<ProfiledOps*>(&ops);
   if (!p) return "";
-  std::vector<std::pair<std::string, ProfiledOps::Entry>> rows(p->entries.begin(), p->entries.end());
+  const auto& entries = p->entries();
+  std::vector<std::pair<std::string, ProfiledOps::Entry>> rows(entries.begin(), entries.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
   double total = 0;
   for (const auto& r : rows) total += r.second.seconds;

@@ -11,6 +11,6 @@ namespace ctrl {
 
 std::unique_ptr<Ops> make_profiled_ops(std::unique_ptr<Ops> inner);
 // Table of op, calls, total seconds and share, slowest first.
-std::string profile_report(const Ops& profiled);
+std::string profile_report(Ops& profiled);
 
 }  // namespace ctrl

@@ -114,10 +114,28 @@ double CudaOps::measure_peak_gflops(bool bf16, double seconds) {
   return 2.0 * double(n) * double(n) * double(n) * reps / elapsed / 1e9;
 }
 
+int CudaOps::timer_mark() {
+  if (timer_next_ == timer_events_.size()) {
+    cudaEvent_t e = nullptr;
+    CTRL_CUDA(cudaEventCreate(&e));
+    timer_events_.push_back(e);
+  }
+  CTRL_CUDA(cudaEventRecord(timer_events_[timer_next_], stream_));
+  return int(timer_next_++);
+}
+
+double CudaOps::timer_seconds(int from, int to) {
+  CTRL_CUDA(cudaEventSynchronize(timer_events_[size_t(to)]));
+  float ms = 0;
+  CTRL_CUDA(cudaEventElapsedTime(&ms, timer_events_[size_t(from)], timer_events_[size_t(to)]));
+  return ms / 1e3;
+}
+
 CudaOps::~CudaOps() {
   // No throwing here: errors at teardown (e.g. after a device fault) are ignored.
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
+  for (cudaEvent_t e : timer_events_) cudaEventDestroy(e);
   for (void* p : slots_) cudaFree(p);
   for (auto& [width, table] : positions_) cudaFree(table.data);
   cudaFree(segments_dev_);

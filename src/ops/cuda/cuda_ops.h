@@ -63,6 +63,9 @@ class CudaOps final : public Ops {
   uint64_t peak_device_bytes() const override { return peak_bytes_; }
   int gpu() const override { return device_; }
   std::string gpu_name() const override { return gpu_name_; }
+  int timer_mark() override;
+  double timer_seconds(int from, int to) override;
+  void timer_reset() override { timer_next_ = 0; }
   void* work_queue() const override { return stream_; }
   std::string precision_note(DType low) const override;
   void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
@@ -205,6 +208,8 @@ class CudaOps final : public Ops {
   void* segments_dev_ = nullptr;
   size_t segments_capacity_ = 0;
   std::unordered_map<const void*, size_t> sizes_;
+  std::vector<cudaEvent_t> timer_events_;  // the profiler's marks, reused after timer_reset
+  size_t timer_next_ = 0;
   uint64_t live_bytes_ = 0, peak_bytes_ = 0;
   const void* segment_table(const std::vector<UpdateSegment>& segments);
 };
