@@ -155,8 +155,8 @@ class Ops {
   // bf16 kernels), "widened" (fp32 products of the bf16 values), or "auto":
   // both measured for about `seconds` each, in alternating halves so that a
   // passing load on the machine slows both alike, widened when its fastest
-  // is at least kWidenedWorthIt times the native fastest. auto measures once per process and then
-  // repeats that answer, so the runs of one process agree. Where oneDNN has no
+  // is at least kWidenedWorthIt times the native fastest. auto measures once
+  // per process and then repeats that answer, so the runs of one process agree. Where oneDNN has no
   // bf16 kernels for the CPU every setting runs widened. Returns the path
   // taken and what was measured (0: not measured this call). Other backends
   // run bf16 natively and measure nothing.
@@ -217,8 +217,7 @@ class Ops {
   // Bytes of `saved` for that shape when the saved softmax's type is `inner`:
   // B·H·T·T elements of it here; a backend with fused kernels may keep less
   // (the CUDA backend's keep each row's log-sum-exp: B·H·T fp32).
-  virtual size_t attention_saved_bytes(int64_t B, int64_t T, int64_t D, int64_t H, DType inner) const {
-    (void)D;
+  virtual size_t attention_saved_bytes(int64_t B, int64_t T, int64_t /*D*/, int64_t H, DType inner) const {
     return attention_probs_bytes(B, T, H, inner);
   }
 

@@ -401,10 +401,8 @@ namespace {
 template <int HD>
 void launch_forward(cudaStream_t stream, uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T,
                     int64_t H, float scale) {
-  const size_t shared = forward_shared<HD>();
-  CTRL_CUDA(cudaFuncSetAttribute(fused_forward_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
   const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(H), unsigned(B));
-  fused_forward_kernel<HD><<<grid, kThreads, shared, stream>>>(out, lse, qkv, T, H, scale);
+  fused_forward_kernel<HD><<<grid, kThreads, forward_shared<HD>(), stream>>>(out, lse, qkv, T, H, scale);
   CTRL_CUDA_LAUNCHED("fused_attention_forward");
 }
 
@@ -412,10 +410,6 @@ template <int HD>
 void launch_backward(cudaStream_t stream, uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const float* lse,
                      const float* dot, int64_t B, int64_t T, int64_t H, float scale) {
   const size_t shared = backward_shared<HD>();  // the same layout for both kernels (dq's leaves one tile unused)
-  CTRL_CUDA(
-      cudaFuncSetAttribute(fused_backward_kv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
-  CTRL_CUDA(
-      cudaFuncSetAttribute(fused_backward_q_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
   const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(H), unsigned(B));
   fused_backward_kv_kernel<HD><<<grid, kThreads, shared, stream>>>(dqkv, dout, qkv, lse, dot, T, H, scale);
   CTRL_CUDA_LAUNCHED("fused_attention_backward_kv");
@@ -424,6 +418,20 @@ void launch_backward(cudaStream_t stream, uint16_t* dqkv, const uint16_t* dout, 
 }
 
 }  // namespace
+
+void CudaOps::allow_fused_attention_shared() {
+  for (int64_t hd : {64, 80})
+    if (fused_attention(DType::BF16, hd, 1))
+      with_head_width(hd, [](auto width) {
+        constexpr int HD = decltype(width)::value;
+        const int forward = int(forward_shared<HD>()), backward = int(backward_shared<HD>());
+        CTRL_CUDA(cudaFuncSetAttribute(fused_forward_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, forward));
+        CTRL_CUDA(
+            cudaFuncSetAttribute(fused_backward_kv_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, backward));
+        CTRL_CUDA(
+            cudaFuncSetAttribute(fused_backward_q_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, backward));
+      });
+}
 
 void CudaOps::fused_attention_forward(TensorRef out, TensorRef saved, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                                       int64_t H) {

@@ -166,6 +166,9 @@ class CudaOps final : public Ops {
   // A function of the device and the shape alone, so the layout's
   // attention_saved_bytes and the calls agree.
   bool fused_attention(DType inner, int64_t D, int64_t H) const;
+  // Lets the fused kernels of every width fused_attention() allows take their
+  // dynamic shared memory on this device (once, at construction).
+  void allow_fused_attention_shared();
   void fused_attention_forward(TensorRef out, TensorRef saved, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                                int64_t H);
   void fused_attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef out, TensorRef saved,
