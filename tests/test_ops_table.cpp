@@ -34,7 +34,7 @@
 namespace ctrl {
 namespace {
 
-enum class Init { Random, Zero, Positive, Tokens, Targets };
+enum class Init { Random, Wide, Zero, Positive, Tokens, Targets };
 
 struct Slot {
   DType dtype;
@@ -63,6 +63,7 @@ std::vector<uint8_t> initial(const Slot& s, uint64_t seed) {
   for (size_t i = 0; i < s.n; ++i) {
     double v = 0;
     if (s.init == Init::Random) v = random_normal(seed, 1, i);
+    if (s.init == Init::Wide) v = 3 * random_normal(seed, 1, i);
     if (s.init == Init::Positive) v = 0.5 + std::abs(random_normal(seed, 2, i));
     if (s.init == Init::Tokens || s.init == Init::Targets) {
       int32_t id = int32_t(random_bits(seed, 3, i) % uint64_t(s.vocab));
@@ -139,41 +140,54 @@ double bound_for(DType t) { return t == DType::F32 ? 1e-5 : t == DType::BF16 ? 1
 // Attention: T = 1, odd T, several heads, and T = 150 for the causal blocks
 // of 64 (two whole, one partial); fp32, and bf16 activations. The heads of
 // width 64 and 80 at T up to 256 are the shapes of the CUDA backend's fused
-// kernels (tiles of 64 rows; CTRL's own heads are 80 wide). What the forward
-// saves for the backward is the backend's own (the CPU's softmax, or row
-// statistics), so it is compared only through the backward's result.
+// kernels (tiles of 64 rows; CTRL's own heads are 80 wide): whole tiles (64,
+// 256), one key past a tile (65, 129), several heads and sequences at width
+// 80, and q, k, v three times as wide (`wide`), whose scores move each row's
+// running maximum between key tiles. What the forward saves for the backward
+// is the backend's own (the CPU's softmax, or row statistics), so it is
+// compared only through the backward's result.
 std::vector<Case> attention_cases() {
   std::vector<Case> cases;
   const DType F32 = DType::F32, BF16 = DType::BF16;
+  struct Shape {
+    int64_t B, T, D, H;
+    bool wide = false;
+  };
   for (DType t : {F32, BF16})
-    for (auto [B, T, D, H] : std::vector<std::array<int64_t, 4>>{{1, 1, 8, 2},
-                                                                 {2, 5, 12, 3},
-                                                                 {1, 17, 16, 4},
-                                                                 {1, 150, 16, 2},
-                                                                 {2, 1, 128, 2},
-                                                                 {2, 100, 128, 2},
-                                                                 {1, 256, 128, 2},
-                                                                 {1, 70, 160, 2}}) {
-      const std::string shape =
-          " B" + std::to_string(B) + " T" + std::to_string(T) + " D" + std::to_string(D) + " H" + std::to_string(H);
+    for (auto [B, T, D, H, wide] : std::vector<Shape>{{1, 1, 8, 2},
+                                                      {2, 5, 12, 3},
+                                                      {1, 17, 16, 4},
+                                                      {1, 150, 16, 2},
+                                                      {2, 1, 128, 2},
+                                                      {1, 64, 128, 2},
+                                                      {2, 100, 128, 2},
+                                                      {1, 129, 128, 2, true},
+                                                      {1, 256, 128, 2},
+                                                      {1, 70, 160, 2},
+                                                      {2, 65, 240, 3}}) {
+      const std::string shape = " B" + std::to_string(B) + " T" + std::to_string(T) + " D" + std::to_string(D) + " H" +
+                                std::to_string(H) + (wide ? " wide" : "");
+      const Init qkv = wide ? Init::Wide : Init::Random;
       const size_t rows = size_t(B * T), saved = size_t(B * H * T * (T + 2));  // the softmax, or fp32 row statistics
-      cases.push_back({"attention_forward " + str(t) + shape,
-                       bound_for(t),
-                       {out(t, rows * size_t(D), Init::Zero), in(t, saved, Init::Zero), in(t, rows * size_t(3 * D))},
-                       [=](Ops& ops, const std::vector<void*>& p) {
-                         ops.attention_forward({p[0], t}, {p[1], t}, {p[2], t}, B, T, D, H);
-                         return 0.0;
-                       }});
+      cases.push_back(
+          {"attention_forward " + str(t) + shape,
+           bound_for(t),
+           {out(t, rows * size_t(D), Init::Zero), in(t, saved, Init::Zero), in(t, rows * size_t(3 * D), qkv)},
+           [=](Ops& ops, const std::vector<void*>& p) {
+             ops.attention_forward({p[0], t}, {p[1], t}, {p[2], t}, B, T, D, H);
+             return 0.0;
+           }});
       // The backward reads what the forward saved.
-      cases.push_back({"attention_backward " + str(t) + shape,
-                       t == F32 ? 1e-4 : 3e-2,
-                       {out(t, rows * size_t(3 * D), Init::Zero), in(t, rows * size_t(D)), in(t, rows * size_t(3 * D)),
-                        in(t, saved, Init::Zero), in(t, rows * size_t(D), Init::Zero)},
-                       [=](Ops& ops, const std::vector<void*>& p) {
-                         ops.attention_forward({p[4], t}, {p[3], t}, {p[2], t}, B, T, D, H);
-                         ops.attention_backward({p[0], t}, {p[1], t}, {p[2], t}, {p[4], t}, {p[3], t}, B, T, D, H);
-                         return 0.0;
-                       }});
+      cases.push_back(
+          {"attention_backward " + str(t) + shape,
+           t == F32 ? 1e-4 : 3e-2,
+           {out(t, rows * size_t(3 * D), Init::Zero), in(t, rows * size_t(D)), in(t, rows * size_t(3 * D), qkv),
+            in(t, saved, Init::Zero), in(t, rows * size_t(D), Init::Zero)},
+           [=](Ops& ops, const std::vector<void*>& p) {
+             ops.attention_forward({p[4], t}, {p[3], t}, {p[2], t}, B, T, D, H);
+             ops.attention_backward({p[0], t}, {p[1], t}, {p[2], t}, {p[4], t}, {p[3], t}, B, T, D, H);
+             return 0.0;
+           }});
     }
   return cases;
 }
@@ -506,7 +520,7 @@ TEST(OpTable, CudaFusedAttentionMatchesTheCpuReference) {
   std::vector<Case> cases;
   for (Case& c : attention_cases())
     if (c.name.find(" bf16 ") != std::string::npos) cases.push_back(std::move(c));
-  EXPECT_EQ(cases.size(), 16u);
+  EXPECT_EQ(cases.size(), 22u);
   expect_within_bounds(*backend, cases, "cuda fused attention");
   expect_repeatable(*backend, cases, "cuda fused attention");
 }

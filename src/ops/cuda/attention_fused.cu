@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <type_traits>
 
 #include "ops/cuda/common.cuh"
@@ -372,6 +373,9 @@ size_t fused_shared_bytes() {
   return std::max(forward_shared<HD>(), backward_shared<HD>());
 }
 
+// The kernels read and write rows in 16-byte pieces.
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // Calls f(std::integral_constant<int, HD>) for a head width the kernels are
 // built for (64: every preset but `ctrl`; 80: `ctrl`) and returns true; false
 // for any other width. 128 would need dk and dv in shared memory: in
@@ -419,7 +423,18 @@ void launch_backward(cudaStream_t stream, uint16_t* dqkv, const uint16_t* dout, 
 
 }  // namespace
 
-void CudaOps::allow_fused_attention_shared() {
+void CudaOps::prepare_fused_attention() {
+  // A build for older GPUs only runs on this one from their PTX, in which the kernels' bodies are empty.
+  cudaFuncAttributes built{};
+  CTRL_CUDA(cudaFuncGetAttributes(&built, fused_forward_kernel<64>));
+  if (sm_major_ < 8 || built.ptxVersion < 80) {
+    std::fprintf(stderr,
+                 "note: CTRL_CUDA_ATTENTION=fused needs sm_80 or newer and code built for it (this GPU is sm_%d%d, "
+                 "its code compute_%d); attention runs unfused\n",
+                 sm_major_, sm_minor_, built.ptxVersion);
+    fused_attention_ = false;
+    return;
+  }
   for (int64_t hd : {64, 80})
     if (fused_attention(DType::BF16, hd, 1))
       with_head_width(hd, [](auto width) {
@@ -436,6 +451,7 @@ void CudaOps::allow_fused_attention_shared() {
 void CudaOps::fused_attention_forward(TensorRef out, TensorRef saved, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                                       int64_t H) {
   CTRL_ASSERT(qkv.dtype == DType::BF16 && out.dtype == DType::BF16 && B <= 65535 && H <= 65535);
+  CTRL_ASSERT(aligned16(qkv.data) && aligned16(out.data));
   const int64_t hd = D / H;
   const float scale = 1.0f / std::sqrt(float(hd));
   auto* o = static_cast<uint16_t*>(out.data);
@@ -448,6 +464,7 @@ void CudaOps::fused_attention_backward(TensorRef dqkv, TensorRef dout, TensorRef
                                        int64_t B, int64_t T, int64_t D, int64_t H) {
   CTRL_ASSERT(dqkv.dtype == DType::BF16 && dout.dtype == DType::BF16 && out.dtype == DType::BF16 && B <= 65535 &&
               H <= 65535);
+  CTRL_ASSERT(aligned16(dqkv.data) && aligned16(dout.data) && aligned16(qkv.data) && aligned16(out.data));
   const int64_t hd = D / H, rows = B * T * H;
   const float scale = 1.0f / std::sqrt(float(hd));
   auto* dot = static_cast<float*>(scratch(kRowDot, size_t(rows) * sizeof(float)));

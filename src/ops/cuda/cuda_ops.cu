@@ -75,7 +75,7 @@ CudaOps::CudaOps(int device) : device_(device) {
   int optin = 0;
   CTRL_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   max_shared_optin_ = size_t(optin);
-  if (fused_attention_) allow_fused_attention_shared();
+  if (fused_attention_) prepare_fused_attention();
   CTRL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   init_gemm();
   workspace_bytes_ = size_t(kGpuGemmWorkspaceBytes);

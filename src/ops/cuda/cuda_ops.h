@@ -166,9 +166,11 @@ class CudaOps final : public Ops {
   // A function of the device and the shape alone, so the layout's
   // attention_saved_bytes and the calls agree.
   bool fused_attention(DType inner, int64_t D, int64_t H) const;
-  // Lets the fused kernels of every width fused_attention() allows take their
-  // dynamic shared memory on this device (once, at construction).
-  void allow_fused_attention_shared();
+  // Once, at construction, with CTRL_CUDA_ATTENTION=fused: turns it off with
+  // a note where this GPU or build cannot run the fused kernels (older than
+  // sm_80, or code built only for such GPUs), else lets the kernels of every
+  // width fused_attention() allows take their dynamic shared memory.
+  void prepare_fused_attention();
   void fused_attention_forward(TensorRef out, TensorRef saved, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                                int64_t H);
   void fused_attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef out, TensorRef saved,
