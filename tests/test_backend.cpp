@@ -196,12 +196,6 @@ TEST(CliDevice, TrainAndGenerateOnTheCheckedBackendMatchTheCpu) {
   EXPECT_NE(out.find("train.device must be cpu, checked, cuda or cuda:N, got 'tpu'"), std::string::npos) << out;
 }
 
-}  // namespace
-}  // namespace ctrl
-
-namespace ctrl {
-namespace {
-
 // A backend with a device clock: every mark is 1 ms after the one before, so
 // each op spans 1 ms between its two marks. The reset is counted.
 class ClockedOps final : public OpsDecorator {

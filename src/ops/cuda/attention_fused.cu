@@ -390,7 +390,7 @@ bool with_head_width(int64_t hd, F f) {
 }  // namespace
 
 bool CudaOps::fused_attention(DType inner, int64_t D, int64_t H) const {
-  if (!fused_attention_ || inner != DType::BF16 || sm_major_ < 8 || D % 8 != 0) return false;
+  if (!fused_attention_ || inner != DType::BF16 || D % 8 != 0) return false;  // the GPU: prepare_fused_attention
   size_t shared = 0;
   const bool built = with_head_width(D / H, [&](auto width) { shared = fused_shared_bytes<decltype(width)::value>(); });
   return built && shared <= max_shared_optin_;

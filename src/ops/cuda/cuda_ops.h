@@ -161,8 +161,9 @@ class CudaOps final : public Ops {
   void to_heads(void* dst, DType dst_type, const void* src, DType src_type, int64_t B, int64_t T, int64_t H, int64_t hd,
                 int64_t parts, bool to_heads_layout);
   // Whether attention of that type and width runs on the fused kernels
-  // (attention_fused.cu): CTRL_CUDA_ATTENTION=fused, bf16, sm_80 or newer,
-  // heads of 64 or 80 columns whose tiles fit the GPU's shared memory.
+  // (attention_fused.cu): CTRL_CUDA_ATTENTION=fused on a GPU and build that
+  // can run them (prepare_fused_attention), bf16, heads of 64 or 80 columns
+  // whose tiles fit the GPU's shared memory.
   // A function of the device and the shape alone, so the layout's
   // attention_saved_bytes and the calls agree.
   bool fused_attention(DType inner, int64_t D, int64_t H) const;
