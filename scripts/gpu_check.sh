@@ -9,7 +9,7 @@
 # --version); the op table and EveryBackend on cuda against the CPU
 # reference; the model-level suite on cuda (ctest's cuda_suite filter:
 # training, bit-exact resume, HF fixtures, mixed precision, gradient checks);
-# ctrl bench --device cuda on tiny and small in fp32 and bf16, base in bf16. A phase that
+# ctrl bench --device cuda on tiny and small in fp32 and bf16, base in bf16 and fp16. A phase that
 # fails or times out is recorded and the next one still runs.
 # Without a GPU it stops after the first phase with "no CUDA device".
 #
@@ -196,7 +196,7 @@ PY
 }
 
 # Phase 4: throughput (bench/results takes these JSON files).
-want bench && for run in tiny:fp32 tiny:bf16 small:fp32 small:bf16 base:bf16; do
+want bench && for run in tiny:fp32 tiny:bf16 small:fp32 small:bf16 base:bf16 base:fp16; do
   cfg=${run%:*} prec=${run#*:}
   (
     name=bench_${cfg}_${prec}

@@ -2,7 +2,8 @@
 // bf16-rounded inputs: attention (bf16 products on q, k, v, P, dO, dS; fp32
 // softmax), linear backward with bf16 gradients in and out, ReLU backward on a
 // bf16 gradient. Differences must stay within bf16 rounding of the results.
-// Also fp16's linear backward, whose products run in fp32 on 16-bit values.
+// Also fp16's attention and linear backward, whose products run in fp32 on
+// 16-bit values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -130,6 +131,61 @@ TEST(Bf16Ops, WidenedLinearBackwardRoundsAnFp32GradientAsTheBf16KernelsDo) {
   EXPECT_LT(relative_error(dw[1], dw[0]), 1e-5);
   EXPECT_EQ(db[1], db[0]);
   EXPECT_LT(relative_error(widen(dx16[1]), widen(dx16[0])), 1e-2);
+}
+
+// fp16 attention on the CPU: fp32 products on the values a GPU's fp16
+// products take. The softmax is kept as its fp16 rounding, which the forward's
+// second product also takes; the fp32 dout enters the products as its fp16
+// rounding (and overflows as fp16 does); dqkv is fp32.
+TEST(Bf16Ops, Fp16AttentionTakesTheFp16RoundingsOfTheSoftmaxAndGradient) {
+  auto ops = test_support::make_cpu_reference();
+  const int64_t B = 2, T = 70, D = 32, H = 4;
+  auto to_half = [](const std::vector<float>& x) {
+    std::vector<uint16_t> h(x.size());
+    for (size_t i = 0; i < x.size(); ++i) h[i] = float_to_f16(x[i]);
+    return h;
+  };
+  auto from_half = [](const std::vector<uint16_t>& h) {
+    std::vector<float> x(h.size());
+    for (size_t i = 0; i < h.size(); ++i) x[i] = f16_to_float(h[i]);
+    return x;
+  };
+  std::vector<float> qkv_values(size_t(B * T * 3 * D)), dout(size_t(B * T * D));
+  for (size_t i = 0; i < qkv_values.size(); ++i) qkv_values[i] = float(random_normal(11, 3, i));
+  for (size_t i = 0; i < dout.size(); ++i) dout[i] = float(random_normal(12, 3, i));
+  std::vector<uint16_t> qkv16 = to_half(qkv_values);
+  const std::vector<float> qkv32 = from_half(qkv16), rounded_dout = from_half(to_half(dout));
+  // The fp32 path on the same q, k, v values, with the rounded and the unrounded dout.
+  std::vector<float> out32(size_t(B * T * D)), probs32(size_t(B * H * T * T)), want_dqkv(qkv32.size()),
+      unrounded_dqkv(qkv32.size());
+  ops->attention_forward(out32.data(), probs32.data(), qkv32.data(), B, T, D, H);
+  ops->attention_backward(want_dqkv.data(), rounded_dout.data(), qkv32.data(), out32.data(), probs32.data(), B, T, D,
+                          H);
+  ops->attention_backward(unrounded_dqkv.data(), dout.data(), qkv32.data(), out32.data(), probs32.data(), B, T, D, H);
+  std::vector<uint16_t> out16(out32.size()), probs16(probs32.size());
+  std::vector<float> dqkv(qkv32.size());
+  const TensorRef qkv(qkv16.data(), DType::F16), out(out16.data(), DType::F16), probs(probs16.data(), DType::F16);
+  ops->attention_forward(out, probs, qkv, B, T, D, H);
+  ops->attention_backward(dqkv.data(), dout.data(), qkv, out, probs, B, T, D, H);
+  // The kept softmax is the fp32 softmax's fp16 rounding (to an ulp: the products' summation order may differ).
+  EXPECT_LT(relative_error(from_half(probs16), probs32), 1e-3);
+  EXPECT_LT(relative_error(from_half(out16), out32), 2e-3);
+  // Within fp16's rounding of P and dS of the fp32 path on the rounded dout, and
+  // measurably off the one on the unrounded dout.
+  const double err = relative_error(dqkv, want_dqkv);
+  EXPECT_LT(err, 4e-3);
+  EXPECT_GT(relative_error(dqkv, unrounded_dqkv), err);
+  // 70000 is beyond fp16's largest finite value: as dO's first column of token
+  // 40 in head 1, it makes that token's dq in the head infinite or NaN, and
+  // the first column of dv of a key it sees; token 39's dq stays finite.
+  const int64_t t = 40, hd = D / H, h = 1;
+  dout[size_t(t * D + h * hd)] = 70000.0f;
+  ops->attention_backward(dqkv.data(), dout.data(), qkv, out, probs, B, T, D, H);
+  EXPECT_FALSE(std::isfinite(dqkv[size_t(3 * 3 * D + 2 * D + h * hd)]));
+  for (int64_t i = 0; i < hd; ++i) {
+    EXPECT_FALSE(std::isfinite(dqkv[size_t(t * 3 * D + h * hd + i)])) << i;
+    EXPECT_TRUE(std::isfinite(dqkv[size_t((t - 1) * 3 * D + h * hd + i)])) << i;
+  }
 }
 
 // fp16 runs its products in fp32 on the CPU, but an fp32 dout goes into them

@@ -125,7 +125,7 @@ TEST(MixedPrecision, Bf16StoresTheMatrixInputsSoftmaxAndInnerGradientsInHalfTheR
   const size_t stream = 3 * 2 * N * D + N * D;
   EXPECT_NEAR(double(a32.total - a16.total), double(low) / 2 + double(stream) / 2, 16.0 * 30);
   EXPECT_EQ(a16.inner, DType::BF16);
-  // fp16 halves the matrix inputs only (its products are emulated in fp32 here).
+  // fp16 halves the matrix inputs and the softmax only (its activation gradients stay fp32).
   const auto f16 = make_activation_layout(c, 4, DType::F16);
   EXPECT_EQ(f16.inner, DType::F32);
   EXPECT_LT(a16.bytes(), f16.bytes());

@@ -114,8 +114,8 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
   a.T = T > 0 ? T : c.n_ctx;
   const size_t N = size_t(B) * size_t(a.T), D = size_t(c.d_model), F = size_t(c.d_ff);
   const size_t E = size_t(embedding_width(c));
-  const size_t attention_saved = ops ? ops->attention_saved_bytes(B, a.T, c.d_model, c.n_head, a.inner)
-                                     : attention_probs_bytes(B, a.T, c.n_head, a.inner);
+  const size_t attention_saved =
+      ops ? ops->attention_saved_bytes(B, a.T, c.d_model, c.n_head, low) : attention_probs_bytes(B, a.T, c.n_head, low);
   const bool factorized = c.embedding_dim > 0;
   const bool cheap = c.recompute == "cheap", whole_layers = c.recompute == "layers";
   size_t at = 0;
@@ -210,16 +210,15 @@ uint64_t cuda_scratch_bytes(const ModelConfig& m, int64_t micro_batch, DType low
   // The head (lm_head.cu): without a teacher its own chunk when larger than the caller's.
   const uint64_t caller_rows = std::min<uint64_t>(N, uint64_t(kHeadChunkRows));
   const uint64_t rows = teacher ? caller_rows : uint64_t(gpu_head_chunk_rows(int64_t(N), int64_t(V), int64_t(caller_rows)));
-  uint64_t head = (rows > caller_rows ? rows * ld * 4 : 0) + (bf16 ? rows * ld * 2 : 0) + N * 8;
-  if (fp16) head += (N + V) * E * 4;
-  if (teacher) {
-    head += N * 8;  // the KL per row
-    if (fp16) head += (N + V) * uint64_t(embedding_width(*teacher)) * 4;
-  }
-  // Attention (attention.cu): q, k, v and their gradients in the heads-major layout, scores.
+  const bool sixteen = bf16 || fp16;
+  uint64_t head = (rows > caller_rows ? rows * ld * 4 : 0) + (sixteen ? rows * ld * 2 : 0) + N * 8;
+  if (teacher) head += N * 8;  // the KL per row
+  // Attention (attention.cu): q, k, v (in their type) and their gradients (fp16's in fp32) in the
+  // heads-major layout, fp32 scores, and under mixed precision dS in the 16-bit type.
   const uint64_t seqs = uint64_t(gpu_attention_sequences(int64_t(B), int64_t(H), int64_t(T)));
-  const uint64_t inner = bf16 ? 2 : 4, scores = seqs * H * T * T;
-  const uint64_t attention = 2 * seqs * T * 3 * D * inner + seqs * T * D * inner + scores * 4 + (bf16 ? scores * 2 : 0);
+  const uint64_t in = sixteen ? 2 : 4, grad = bf16 ? 2 : 4, scores = seqs * H * T * T;
+  const uint64_t attention =
+      seqs * T * 3 * D * (in + grad) + seqs * T * D * in + scores * 4 + (sixteen ? scores * 2 : 0);
   // Linear backward (linear.cpp): a 16-bit copy of an fp32 output gradient (bf16: the
   // residual stream's gradient into the projections; fp16: every layer's).
   const uint64_t rounded = bf16 ? N * std::max(D, E) * 2 : fp16 ? N * std::max({3 * D, F, E}) * 2 : 0;

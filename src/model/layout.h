@@ -91,7 +91,7 @@ struct ActivationLayout {
   };
   int64_t B = 0, T = 0;
   DType dtype = DType::F32;  // the type of the low-precision slots (see make_activation_layout)
-  DType inner = DType::F32;  // the saved softmax and d_qkv, d_att, d_ffn: BF16 under bf16, else F32
+  DType inner = DType::F32;  // d_qkv, d_att, d_ffn: BF16 under bf16, else F32
   std::vector<Layer> layers;
   size_t x_out = 0, lnf_in = 0, lnf_mean = 0, lnf_rstd = 0, lnf_out = 0;  // after the last layer
   // Factorized embedding only (E > 0, else 0): the E-wide embedding (input of
@@ -110,16 +110,17 @@ struct ActivationLayout {
 
 // `low` is the element type of the activations that feed matrix products
 // (LayerNorm outputs, Q/K/V, attention output, ReLU output, head input): BF16
-// or F16 under mixed precision, else F32. Under bf16 the saved softmax
-// (computed in fp32), the LayerNorms' inputs (roundings of the fp32 residual
-// stream) and the gradients that feed or leave bf16 products inside a layer
-// (d_qkv, d_att, d_ffn) are bf16 too; fp16 keeps those fp32, as its products
-// are emulated in fp32 on the CPU. The running residual stream, its gradient,
+// or F16 under mixed precision, else F32. The saved softmax (computed in
+// fp32) is of that type too. Under bf16 the LayerNorms' inputs (roundings of
+// the fp32 residual stream) and the gradients that feed or leave bf16
+// products inside a layer (d_qkv, d_att, d_ffn) are bf16 as well; fp16 keeps
+// those fp32 (its products round them to fp16 on the way in, where the loss
+// scale keeps them in range). The running residual stream, its gradient,
 // LayerNorm statistics and the logits chunk stay fp32. Offsets and totals count
 // 4-byte units, so a 16-bit slot takes half the room. Rows are micro_batch
 // sequences of `T` tokens (0: n_ctx); decoding (Model::decode) needs one row.
 // Each layer's attention_saved takes ops->attention_saved_bytes(); without a
-// backend, the CPU's softmax (B·H·T·T of `inner`).
+// backend, the softmax (B·H·T·T of `low`).
 ActivationLayout make_activation_layout(const ModelConfig& config, int64_t micro_batch, DType low = DType::F32,
                                         int64_t T = 0, const Ops* ops = nullptr);
 // The activation type of a precision name ("fp32" -> F32, "bf16" -> BF16).
@@ -127,9 +128,9 @@ DType activation_dtype(const std::string& precision);
 
 // The CUDA backend's own scratch at its peak in training (ops/cuda/, sized
 // by ops/gpu_scratch.h's gpu_head_chunk_rows and gpu_attention_sequences; each slot keeps
-// its largest size): the head's larger logits chunk and its bf16 copy, row
-// losses, fp16's widened head operands; the attention chunk's head-layout
-// copies and fp32 scores; the 16-bit copy of an fp32 output gradient;
+// its largest size): the head's larger logits chunk and its 16-bit copy, row
+// losses; the attention chunk's head-layout copies, fp32 scores and 16-bit
+// dS; the 16-bit copy of an fp32 output gradient;
 // column-sum partials; the embedding's sort keys; 16-bit bias copies; the
 // position table and cuBLASLt's workspace. `low` as make_activation_layout's.
 uint64_t cuda_scratch_bytes(const ModelConfig& config, int64_t micro_batch, DType low,

@@ -169,7 +169,7 @@ void Model::layer_forward(int l, int64_t B, int64_t T, bool training, uint64_t s
     ops_.copy(cache->v.data() + at, qkv + 2 * D, size_t(D));
     ops_.attention_decode(act(L.att), qkv, cache->k.data() + layer, cache->v.data() + layer, cache->length + 1, D, H);
   } else {
-    ops_.attention_forward(low(L.att), inner(L.attention_saved), low(L.qkv), B, T, D, H);
+    ops_.attention_forward(low(L.att), low(L.attention_saved), low(L.qkv), B, T, D, H);
   }
   ops_.linear_forward(branch, low(L.att), weight(W.wdense), P + W.bdense, N, D, D);
   ops_.residual_add(act(L.x_mid), act(L.x_in), branch, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
@@ -227,8 +227,7 @@ void Model::backward(int64_t B, int64_t T, bool training, uint64_t seed) {
     float* d_att_out = branch_gradient(d_x, d_br, ND, dropout(config_.resid_pdrop, training, seed, 1 + 2 * l));
     ops_.linear_backward(inner(A.d_att), G + W.wdense, G + W.bdense, d_att_out, low(L.att), weight(W.wdense), N, D, D,
                          false);
-    ops_.attention_backward(inner(A.d_qkv), inner(A.d_att), low(L.qkv), low(L.att), inner(L.attention_saved), B, T, D,
-                            H);
+    ops_.attention_backward(inner(A.d_qkv), inner(A.d_att), low(L.qkv), low(L.att), low(L.attention_saved), B, T, D, H);
     ops_.linear_backward(d_ln, G + W.wqkv, G + W.bqkv, inner(A.d_qkv), low(L.ln1_out), weight(W.wqkv), N, 3 * D, D,
                          false);
     ops_.layernorm_backward(d_x, G + W.ln1_w, G + W.ln1_b, d_ln, inner(L.ln1_in), act(L.ln1_mean), act(L.ln1_rstd),

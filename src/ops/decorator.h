@@ -94,8 +94,8 @@ class OpsDecorator : public Ops {
          {{dqkv.data, "dqkv"}, {dout.data, "dout"}, {qkv.data, "qkv"}, {out.data, "out"}, {saved.data, "saved"}});
     inner_->attention_backward(dqkv, dout, qkv, out, saved, B, T, D, H);
   }
-  size_t attention_saved_bytes(int64_t B, int64_t T, int64_t D, int64_t H, DType inner) const override {
-    return inner_->attention_saved_bytes(B, T, D, H, inner);
+  size_t attention_saved_bytes(int64_t B, int64_t T, int64_t D, int64_t H, DType qkv_type) const override {
+    return inner_->attention_saved_bytes(B, T, D, H, qkv_type);
   }
   void embedding_forward(TensorRef x, const int32_t* tokens, const float* w, int64_t B, int64_t T, int64_t D,
                          float scale) override {

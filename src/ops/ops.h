@@ -86,10 +86,10 @@ inline int64_t head_row_stride(int64_t V) { return (V + 15) / 16 * 16; }
 // Vocabulary entries per block of the CPU head (ops/cpu/lm_head.cpp); the
 // planner counts that backend's per-thread widened blocks by it.
 inline constexpr int64_t kCpuHeadVocabBlock = 2048;
-// Bytes of the causal softmax probs[B,H,T,T] of type `inner`, which the CPU's
+// Bytes of the causal softmax probs[B,H,T,T] of type `type`, which the CPU's
 // attention keeps from forward to backward.
-inline size_t attention_probs_bytes(int64_t B, int64_t T, int64_t H, DType inner) {
-  return size_t(B) * size_t(H) * size_t(T) * size_t(T) * dtype_size(inner);
+inline size_t attention_probs_bytes(int64_t B, int64_t T, int64_t H, DType type) {
+  return size_t(B) * size_t(H) * size_t(T) * size_t(T) * dtype_size(type);
 }
 
 class Ops {
@@ -203,22 +203,23 @@ class Ops {
                                   const float* mean, const float* rstd, const float* gamma, int64_t N, int64_t D) = 0;
 
   // Causal multi-head attention. qkv[B,T,3D] holds q | k | v per row; heads are
-  // D/H-wide column blocks; out[B,T,D]. `saved` is what the forward keeps for
-  // the backward, attention_saved_bytes() of it: on the CPU the softmax
-  // probs[B,H,T,T] (the only T×T matrix kept per head), computed in fp32 and
-  // stored as fp32 or bf16 (the type of `saved`).
+  // D/H-wide column blocks; out[B,T,D], of qkv's type. `saved` (of qkv's type)
+  // is what the forward keeps for the backward, attention_saved_bytes() of it:
+  // on the CPU the softmax probs[B,H,T,T] (the only T×T matrix kept per head),
+  // computed in fp32 and stored in qkv's type, the 16-bit types' rounding being
+  // what their products take.
   virtual void attention_forward(TensorRef out, TensorRef saved, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                                  int64_t H) = 0;
-  // dqkv[B,T,3D] overwritten; dqkv and dout are fp32, or both bf16. out is the
+  // dqkv[B,T,3D] overwritten; dqkv and dout are bf16 when qkv is, else fp32. out is the
   // forward's output (a backend that keeps only the softmax's row statistics
   // needs it; the CPU does not read it).
   virtual void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef out, TensorRef saved,
                                   int64_t B, int64_t T, int64_t D, int64_t H) = 0;
-  // Bytes of `saved` for that shape when the saved softmax's type is `inner`:
-  // B·H·T·T elements of it here; a backend with fused kernels may keep less
-  // (the CUDA backend's keep each row's log-sum-exp: B·H·T fp32).
-  virtual size_t attention_saved_bytes(int64_t B, int64_t T, int64_t /*D*/, int64_t H, DType inner) const {
-    return attention_probs_bytes(B, T, H, inner);
+  // Bytes of `saved` for that shape when q, k, v are of type `qkv_type`: here
+  // the softmax, B·H·T·T of that type; a backend with fused kernels may keep
+  // less (the CUDA backend's keep each row's log-sum-exp: B·H·T fp32).
+  virtual size_t attention_saved_bytes(int64_t B, int64_t T, int64_t /*D*/, int64_t H, DType qkv_type) const {
+    return attention_probs_bytes(B, T, H, qkv_type);
   }
 
   // x[B,T,D] = w[tokens] * scale + sinusoidal position (sin half | cos half).

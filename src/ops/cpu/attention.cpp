@@ -5,10 +5,12 @@
 // where P and dS are zero: in blocks of kCausalBlock rows (or columns), 62.5%
 // of the full products' work at T = 256.
 //
-// Two paths: fp32 (fp32 buffers, or fp16 ones widened, as this CPU has no fp16
-// products), and bf16, where q, k, v, P, dO and dS enter bf16 products with
-// fp32 accumulation straight from their buffers (no widening) and the softmax
-// and its backward run in fp32.
+// Two paths: fp32, and bf16, where q, k, v, P, dO and dS enter bf16 products
+// with fp32 accumulation straight from their buffers (no widening) and the
+// softmax and its backward run in fp32. fp16 takes the fp32 path (this CPU has
+// no fp16 products) on the values a GPU's fp16 products take: q, k, v widened,
+// and the softmax, dO and dS rounded to fp16 on the way into the products (P
+// is kept in fp16; dO and the result dqkv are fp32 buffers).
 #include <omp.h>
 
 #include <algorithm>
@@ -44,18 +46,19 @@ HeadInputs head_inputs(TensorRef qkv, int64_t b, int64_t h, int64_t T, int64_t D
 
 // Runs fn(b, h, block, slices) for every (batch, head) pair, split statically
 // over the threads. Each thread's scratch: `block`, a T×T fp32 block (scores,
-// dP) followed by room for a T×T bf16 block (dS), and `slices`, four T×hd fp32
-// slices (fp16's q, k, v widened and the output; a softmax row in bf16).
+// dP) followed by the room of another (bf16's dS; fp16's widened softmax), and
+// `slices`, four T×hd fp32 slices (fp16's q, k, v widened, and its output or
+// rounded dO; a softmax row in bf16).
 template <typename Fn>
 void for_each_head(std::vector<float>& scratch, int64_t B, int64_t H, int64_t T, int64_t hd, Fn fn) {
   const int threads = omp_get_max_threads();
-  const size_t per_thread = size_t(T * T + (T * T + 1) / 2 + 4 * T * hd);
+  const size_t per_thread = size_t(2 * T * T + 4 * T * hd);
   scratch.resize(size_t(threads) * per_thread);
 #pragma omp parallel num_threads(threads)
   {
     float* block = scratch.data() + size_t(omp_get_thread_num()) * per_thread;
 #pragma omp for schedule(static)
-    for (int64_t bh = 0; bh < B * H; ++bh) fn(bh / H, bh % H, block, block + T * T + (T * T + 1) / 2);
+    for (int64_t bh = 0; bh < B * H; ++bh) fn(bh / H, bh % H, block, block + 2 * T * T);
   }
 }
 
@@ -92,8 +95,8 @@ void softmax_backward_row(const float* p, float* d, int64_t i, int64_t T, float 
 
 void CpuOps::attention_forward(TensorRef out_ref, TensorRef probs_ref, TensorRef qkv_ref, int64_t B, int64_t T,
                                int64_t D, int64_t H) {
-  const bool bf16 = qkv_ref.dtype == DType::BF16;
-  CTRL_ASSERT(probs_ref.dtype == (bf16 ? DType::BF16 : DType::F32));
+  const bool bf16 = qkv_ref.dtype == DType::BF16, f16 = qkv_ref.dtype == DType::F16;
+  CTRL_ASSERT(probs_ref.dtype == qkv_ref.dtype);
   const int64_t hd = D / H;
   const float scale = 1.0f / std::sqrt(float(hd));
   for_each_head(attention_scratch_, B, H, T, hd, [&](int64_t b, int64_t h, float* scores, float* slices) {
@@ -113,11 +116,15 @@ void CpuOps::attention_forward(TensorRef out_ref, TensorRef probs_ref, TensorRef
       return;
     }
     const HeadInputs in = head_inputs(qkv_ref, b, h, T, D, hd, slices);
-    float* P = probs_ref.f32() + bh * T * T;
+    float* P = f16 ? scores : probs_ref.f32() + bh * T * T;  // fp16: the softmax in scratch, kept rounded
     for_each_causal_block(T, [&](int64_t i0, int64_t n) {
       gemm_f32(false, true, n, i0 + n, hd, scale, in.q + i0 * in.ld, in.ld, in.k, in.ld, 0.0f, P + i0 * T, T);
     });
     causal_softmax(P, T);
+    if (f16) {
+      round_through_f16(P, T * T);
+      to_f16(P, probs_ref.u16() + bh * T * T, T * T);
+    }
     const bool f32_out = !out_ref.is_16bit();
     float* o = f32_out ? out_ref.f32() + b * T * D + h * hd : slices + 3 * T * hd;
     const int64_t ldo = f32_out ? D : hd;
@@ -131,9 +138,9 @@ void CpuOps::attention_forward(TensorRef out_ref, TensorRef probs_ref, TensorRef
 
 void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRef qkv_ref, TensorRef /*out*/,
                                 TensorRef probs_ref, int64_t B, int64_t T, int64_t D, int64_t H) {
-  const bool bf16 = qkv_ref.dtype == DType::BF16;
-  const DType inner = bf16 ? DType::BF16 : DType::F32;
-  CTRL_ASSERT(probs_ref.dtype == inner && dout_ref.dtype == inner && dqkv_ref.dtype == inner);
+  const bool bf16 = qkv_ref.dtype == DType::BF16, f16 = qkv_ref.dtype == DType::F16;
+  const DType grad = bf16 ? DType::BF16 : DType::F32;
+  CTRL_ASSERT(probs_ref.dtype == qkv_ref.dtype && dout_ref.dtype == grad && dqkv_ref.dtype == grad);
   const int64_t hd = D / H;
   const float scale = 1.0f / std::sqrt(float(hd));
   for_each_head(attention_scratch_, B, H, T, hd, [&](int64_t b, int64_t h, float* dP, float* slices) {
@@ -164,18 +171,31 @@ void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRe
       return;
     }
     const HeadInputs in = head_inputs(qkv_ref, b, h, T, D, hd, slices);
-    const float* P = probs_ref.f32() + bh * T * T;
+    const float* P = f16 ? dP + T * T : probs_ref.f32() + bh * T * T;
     const float* dO = dout_ref.f32() + b * T * D + h * hd;
+    int64_t ld_dO = D;
+    if (f16) {  // the softmax widened; dO rounded to fp16 (overflowing as fp16 does) in the fourth slice
+      from_f16(probs_ref.u16() + bh * T * T, dP + T * T, T * T);
+      float* rounded = slices + 3 * T * hd;
+      for (int64_t t = 0; t < T; ++t) {
+        std::copy_n(dO + t * D, hd, rounded + t * hd);
+        round_through_f16(rounded + t * hd, hd);
+      }
+      dO = rounded, ld_dO = hd;
+    }
     float* dq = dqkv_ref.f32() + b * T * 3 * D + h * hd;
     for_each_causal_block(T, [&](int64_t i0, int64_t n) {  // dP = dO·vᵀ; dv = Pᵀ·dO
-      gemm_f32(false, true, n, i0 + n, hd, 1.0f, dO + i0 * D, D, in.v, in.ld, 0.0f, dP + i0 * T, T);
-      gemm_f32(true, false, n, hd, T - i0, 1.0f, P + i0 * T + i0, T, dO + i0 * D, D, 0.0f, dq + 2 * D + i0 * 3 * D,
-               3 * D);
+      gemm_f32(false, true, n, i0 + n, hd, 1.0f, dO + i0 * ld_dO, ld_dO, in.v, in.ld, 0.0f, dP + i0 * T, T);
+      gemm_f32(true, false, n, hd, T - i0, 1.0f, P + i0 * T + i0, T, dO + i0 * ld_dO, ld_dO, 0.0f,
+               dq + 2 * D + i0 * 3 * D, 3 * D);
     });
-    for (int64_t i = 0; i < T; ++i) softmax_backward_row(P + i * T, dP + i * T, i, T, 1.0f);
-    for_each_causal_block(T, [&](int64_t i0, int64_t n) {  // dq = dS·k/√hd; dk = dSᵀ·q/√hd
-      gemm_f32(false, false, n, hd, i0 + n, scale, dP + i0 * T, T, in.k, in.ld, 0.0f, dq + i0 * 3 * D, 3 * D);
-      gemm_f32(true, false, n, hd, T - i0, scale, dP + i0 * T + i0, T, in.q + i0 * in.ld, in.ld, 0.0f,
+    // fp32: dS in place in dP, 1/√hd in the products; fp16: dS/√hd rounded to fp16 once, as bf16's.
+    const float softmax_factor = f16 ? scale : 1.0f, product_factor = f16 ? 1.0f : scale;
+    for (int64_t i = 0; i < T; ++i) softmax_backward_row(P + i * T, dP + i * T, i, T, softmax_factor);
+    if (f16) round_through_f16(dP, T * T);
+    for_each_causal_block(T, [&](int64_t i0, int64_t n) {  // dq = dS·k; dk = dSᵀ·q
+      gemm_f32(false, false, n, hd, i0 + n, product_factor, dP + i0 * T, T, in.k, in.ld, 0.0f, dq + i0 * 3 * D, 3 * D);
+      gemm_f32(true, false, n, hd, T - i0, product_factor, dP + i0 * T + i0, T, in.q + i0 * in.ld, in.ld, 0.0f,
                dq + D + i0 * 3 * D, 3 * D);
     });
   });

@@ -60,8 +60,10 @@ void CpuOps::head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const i
                        float temperature, double* kl_sum) {
   // bf16: h and w are bf16; the logits, softmax and loss stay fp32, and the two
   // backward products take a bf16 copy of each block's logit gradients.
-  // fp16 widens h and w to fp32 (this CPU has no fp16 products).
-  const bool low = h_ref.dtype == DType::BF16;
+  // fp16 widens h and w to fp32 (this CPU has no fp16 products), and its two
+  // backward products take the logit gradients' fp16 rounding, as a GPU's fp16
+  // products do (db sums them unrounded).
+  const bool low = h_ref.dtype == DType::BF16, f16 = h_ref.dtype == DType::F16;
   const float* h = low ? nullptr : widened(h_ref, size_t(N * D), 0);
   const float* w = low ? nullptr : widened(w_ref, size_t(V * D), 1);
   const int64_t Dt = teacher ? teacher->D : 0;
@@ -174,6 +176,7 @@ void CpuOps::head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const i
               }
               for (int64_t v = 0; v < bw; ++v) db[v0 + v] += row[v];
               if (low) to_bf16(row, dl_low + r * kBlockStride, bw);
+              if (f16) round_through_f16(row, bw);
             }
             const float beta = blk == g * blocks / groups ? 0.0f : 1.0f;  // the group's first block starts its partial
             if (low) {

@@ -1,5 +1,6 @@
 #include "ops/cpu/vec_math.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -56,6 +57,15 @@ void from_f16(const uint16_t* in, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = f16_to_float(in[i]);
 }
 #endif
+
+void round_through_f16(float* x, int64_t n) {
+  uint16_t rounded[256];
+  for (int64_t i0 = 0; i0 < n; i0 += 256) {
+    const int64_t len = std::min<int64_t>(256, n - i0);
+    to_f16(x + i0, rounded, len);
+    from_f16(rounded, x + i0, len);
+  }
+}
 
 #if defined(__AVX512BF16__) && defined(__AVX512VL__)
 void to_bf16(const float* in, uint16_t* out, int64_t n) {

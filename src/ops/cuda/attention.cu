@@ -5,8 +5,12 @@
 // handful of launches instead of a few per sequence, which left the GPU
 // waiting on the host. The causal softmax and its backward are fused row
 // kernels, one warp per row. probs[B,H,T,T] keeps the softmax, as on the
-// CPU. The type paths are the CPU's (ops/cpu/attention.cpp): fp32 (fp16 q, k,
-// v widened to fp32 by the copy), and bf16 with fp32 scores and softmax.
+// CPU. The products take q, k, v's own type: fp32, or under mixed precision
+// bf16 or fp16 on tensor cores with fp32 scores and softmax, the softmax and
+// its gradient rounded once to that type for the products. (The CPU has no
+// fp16 products and widens fp16 to fp32: ops/cpu/attention.cpp.) fp16's
+// gradients (dout, dqkv) are fp32 buffers; they enter the products as fp16,
+// where the loss scale keeps them in range, and leave them as fp32.
 // With CTRL_CUDA_ATTENTION=fused, bf16 attention of the widths that
 // attention_fused.cu handles runs there instead and keeps no softmax.
 #include <cmath>
@@ -116,26 +120,25 @@ void CudaOps::to_heads(void* dst, DType dst_type, const void* src, DType src_typ
   CTRL_CUDA_LAUNCHED("permute_heads");
 }
 
-void CudaOps::attention_forward(TensorRef out, TensorRef probs, TensorRef qkv, int64_t B, int64_t T, int64_t D,
+void CudaOps::attention_forward(TensorRef out, TensorRef saved, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                                 int64_t H) {
-  const bool bf16 = qkv.dtype == DType::BF16;
-  const DType inner = bf16 ? DType::BF16 : DType::F32;  // fp16 q, k, v are widened by the copy
-  if (fused_attention(inner, D, H)) return fused_attention_forward(out, probs, qkv, B, T, D, H);
-  CTRL_ASSERT(probs.dtype == inner);
+  if (fused_attention(qkv.dtype, D, H)) return fused_attention_forward(out, saved, qkv, B, T, D, H);
+  const DType inner = qkv.dtype;  // the products' inputs and the saved softmax: fp32, bf16 or fp16
+  const bool low = inner != DType::F32;
   const int64_t hd = D / H, TT = T * T, chunk = gpu_attention_sequences(B, H, T);
-  const size_t esize = dtype_size(inner), in_size = dtype_size(qkv.dtype), out_size = dtype_size(out.dtype);
+  const size_t esize = dtype_size(inner), out_size = dtype_size(out.dtype);
   const float scale = 1.0f / std::sqrt(float(hd));
   char* heads = static_cast<char*>(scratch(kHeadsIn, size_t(chunk * T * 3 * D) * esize));
   char* o = static_cast<char*>(scratch(kHeadsOut, size_t(chunk * T * D) * esize));
-  float* scores = bf16 ? static_cast<float*>(scratch(kScores, size_t(chunk * H * TT) * sizeof(float))) : nullptr;
+  float* scores = low ? static_cast<float*>(scratch(kScores, size_t(chunk * H * TT) * sizeof(float))) : nullptr;
   for (int64_t b0 = 0; b0 < B; b0 += chunk) {
     const int64_t n = std::min(chunk, B - b0), batch = n * H, part = n * T * D;
-    to_heads(heads, inner, static_cast<const char*>(qkv.data) + size_t(b0 * T * 3 * D) * in_size, qkv.dtype, n, T, H,
-             hd, 3, true);
+    to_heads(heads, inner, static_cast<const char*>(qkv.data) + size_t(b0 * T * 3 * D) * esize, inner, n, T, H, hd, 3,
+             true);
     const TensorRef q(heads, inner), k(heads + size_t(part) * esize, inner), v(heads + size_t(2 * part) * esize, inner);
-    const TensorRef P(static_cast<char*>(probs.data) + size_t(b0 * H * TT) * esize, inner);
-    // bf16: fp32 scores, then the softmax rounded once into P; fp32: in place in P.
-    const TensorRef S = bf16 ? TensorRef(scores) : P;
+    const TensorRef P(static_cast<char*>(saved.data) + size_t(b0 * H * TT) * esize, inner);
+    // 16-bit: fp32 scores, then the softmax rounded once into P; fp32: in place in P.
+    const TensorRef S = low ? TensorRef(scores) : P;
     gemm(false, true, T, T, hd, scale, q, hd, k, hd, 0.0f, S, T, nullptr, batch, T * hd, T * hd, TT);
     causal_softmax_kernel<<<row_blocks(batch * T), 32 * kWarps, 0, stream_>>>(P.data, kind_of(inner), S.f32(),
                                                                               batch * T, T);
@@ -145,42 +148,43 @@ void CudaOps::attention_forward(TensorRef out, TensorRef probs, TensorRef qkv, i
   }
 }
 
-void CudaOps::attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef out, TensorRef probs,
+void CudaOps::attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef out, TensorRef saved,
                                  int64_t B, int64_t T, int64_t D, int64_t H) {
-  const bool bf16 = qkv.dtype == DType::BF16;
-  const DType inner = bf16 ? DType::BF16 : DType::F32;
-  if (fused_attention(inner, D, H)) return fused_attention_backward(dqkv, dout, qkv, out, probs, B, T, D, H);
-  CTRL_ASSERT(probs.dtype == inner && dout.dtype == inner && dqkv.dtype == inner);
+  if (fused_attention(qkv.dtype, D, H)) return fused_attention_backward(dqkv, dout, qkv, out, saved, B, T, D, H);
+  const DType inner = qkv.dtype, grad = dqkv.dtype;  // fp16's gradients are fp32, and enter the products as fp16
+  const bool low = inner != DType::F32;
+  CTRL_ASSERT(dout.dtype == grad && (grad == inner || (inner == DType::F16 && grad == DType::F32)));
   const int64_t hd = D / H, TT = T * T, chunk = gpu_attention_sequences(B, H, T);
-  const size_t esize = dtype_size(inner), in_size = dtype_size(qkv.dtype);
+  const size_t esize = dtype_size(inner), gsize = dtype_size(grad);
   const float scale = 1.0f / std::sqrt(float(hd));
   char* heads = static_cast<char*>(scratch(kHeadsIn, size_t(chunk * T * 3 * D) * esize));
-  char* d_heads = static_cast<char*>(scratch(kHeadsOut, size_t(chunk * T * 3 * D) * esize));
+  char* d_heads = static_cast<char*>(scratch(kHeadsOut, size_t(chunk * T * 3 * D) * gsize));
   char* d_out = static_cast<char*>(scratch(kHeadsGrad, size_t(chunk * T * D) * esize));
   float* dP = static_cast<float*>(scratch(kScores, size_t(chunk * H * TT) * sizeof(float)));
-  // bf16: dS/√hd rounded once into a bf16 buffer; fp32: in place in dP, with 1/√hd in the products.
-  void* dS = bf16 ? scratch(kGradS, size_t(chunk * H * TT) * 2) : dP;
-  const float softmax_factor = bf16 ? scale : 1.0f, product_factor = bf16 ? 1.0f : scale;
+  // 16-bit: dS/√hd rounded once into a buffer of q's type; fp32: in place in dP, with 1/√hd in the products.
+  void* dS = low ? scratch(kGradS, size_t(chunk * H * TT) * esize) : dP;
+  const float softmax_factor = low ? scale : 1.0f, product_factor = low ? 1.0f : scale;
   for (int64_t b0 = 0; b0 < B; b0 += chunk) {
     const int64_t n = std::min(chunk, B - b0), batch = n * H, part = n * T * D;
-    to_heads(heads, inner, static_cast<const char*>(qkv.data) + size_t(b0 * T * 3 * D) * in_size, qkv.dtype, n, T, H,
-             hd, 3, true);
-    to_heads(d_out, inner, static_cast<const char*>(dout.data) + size_t(b0 * T * D) * esize, inner, n, T, H, hd, 1,
+    to_heads(heads, inner, static_cast<const char*>(qkv.data) + size_t(b0 * T * 3 * D) * esize, inner, n, T, H, hd, 3,
              true);
-    auto at = [&](char* base, int64_t p) { return TensorRef(base + size_t(p * part) * esize, inner); };
+    to_heads(d_out, inner, static_cast<const char*>(dout.data) + size_t(b0 * T * D) * gsize, grad, n, T, H, hd, 1,
+             true);
+    auto in_at = [&](int64_t p) { return TensorRef(heads + size_t(p * part) * esize, inner); };
+    auto grad_at = [&](int64_t p) { return TensorRef(d_heads + size_t(p * part) * gsize, grad); };
     const TensorRef dO(d_out, inner), dS_ref(dS, inner);
-    const TensorRef P(static_cast<char*>(probs.data) + size_t(b0 * H * TT) * esize, inner);
-    gemm(false, true, T, T, hd, 1.0f, dO, hd, at(heads, 2), hd, 0.0f, dP, T, nullptr, batch, T * hd, T * hd, TT);
-    gemm(true, false, T, hd, T, 1.0f, P, T, dO, hd, 0.0f, at(d_heads, 2), hd, nullptr, batch, TT, T * hd,
+    const TensorRef P(static_cast<char*>(saved.data) + size_t(b0 * H * TT) * esize, inner);
+    gemm(false, true, T, T, hd, 1.0f, dO, hd, in_at(2), hd, 0.0f, dP, T, nullptr, batch, T * hd, T * hd, TT);
+    gemm(true, false, T, hd, T, 1.0f, P, T, dO, hd, 0.0f, grad_at(2), hd, nullptr, batch, TT, T * hd,
          T * hd);  // dv = Pᵀ·dO
     softmax_backward_kernel<<<row_blocks(batch * T), 32 * kWarps, 0, stream_>>>(
         dS, kind_of(inner), dP, P.data, kind_of(inner), batch * T, T, softmax_factor);
     CTRL_CUDA_LAUNCHED("softmax_backward");
-    gemm(false, false, T, hd, T, product_factor, dS_ref, T, at(heads, 1), hd, 0.0f, at(d_heads, 0), hd, nullptr, batch,
-         TT, T * hd, T * hd);  // dq = dS·k
-    gemm(true, false, T, hd, T, product_factor, dS_ref, T, at(heads, 0), hd, 0.0f, at(d_heads, 1), hd, nullptr, batch,
-         TT, T * hd, T * hd);  // dk = dSᵀ·q
-    to_heads(static_cast<char*>(dqkv.data) + size_t(b0 * T * 3 * D) * esize, inner, d_heads, inner, n, T, H, hd, 3,
+    gemm(false, false, T, hd, T, product_factor, dS_ref, T, in_at(1), hd, 0.0f, grad_at(0), hd, nullptr, batch, TT,
+         T * hd, T * hd);  // dq = dS·k
+    gemm(true, false, T, hd, T, product_factor, dS_ref, T, in_at(0), hd, 0.0f, grad_at(1), hd, nullptr, batch, TT,
+         T * hd, T * hd);  // dk = dSᵀ·q
+    to_heads(static_cast<char*>(dqkv.data) + size_t(b0 * T * 3 * D) * gsize, grad, d_heads, grad, n, T, H, hd, 3,
              false);
   }
 }

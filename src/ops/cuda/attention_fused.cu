@@ -396,8 +396,8 @@ bool CudaOps::fused_attention(DType inner, int64_t D, int64_t H) const {
   return built && shared <= max_shared_optin_;
 }
 
-size_t CudaOps::attention_saved_bytes(int64_t B, int64_t T, int64_t D, int64_t H, DType inner) const {
-  return fused_attention(inner, D, H) ? size_t(B * H * T) * sizeof(float) : attention_probs_bytes(B, T, H, inner);
+size_t CudaOps::attention_saved_bytes(int64_t B, int64_t T, int64_t D, int64_t H, DType qkv_type) const {
+  return fused_attention(qkv_type, D, H) ? size_t(B * H * T) * sizeof(float) : attention_probs_bytes(B, T, H, qkv_type);
 }
 
 namespace {

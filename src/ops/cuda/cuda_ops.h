@@ -80,7 +80,7 @@ class CudaOps final : public Ops {
                          int64_t H) override;
   void attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef out, TensorRef saved, int64_t B,
                           int64_t T, int64_t D, int64_t H) override;
-  size_t attention_saved_bytes(int64_t B, int64_t T, int64_t D, int64_t H, DType inner) const override;
+  size_t attention_saved_bytes(int64_t B, int64_t T, int64_t D, int64_t H, DType qkv_type) const override;
   void embedding_forward(TensorRef x, const int32_t* tokens, const float* w, int64_t B, int64_t T, int64_t D,
                          float scale) override;
   void embedding_backward(float* dw, TensorRef dx, const int32_t* tokens, int64_t B, int64_t T, int64_t D,
@@ -130,8 +130,6 @@ class CudaOps final : public Ops {
   // demand (growth waits for the stream, so earlier users have finished).
   // A slot's contents are valid until the next call that uses the same slot.
   enum Slot {
-    kWidenA,
-    kWidenB,
     kRound,
     kF32Out,
     kPartials,
@@ -140,8 +138,6 @@ class CudaOps final : public Ops {
     kHeadLoss,
     kHeadLow,
     kSort,
-    kWidenTeacherH,
-    kWidenTeacherW,
     kHeadKl,
     kHeadsIn,
     kHeadsOut,

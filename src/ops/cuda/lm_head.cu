@@ -8,9 +8,10 @@
 // softmax statistics, the loss, the KL and the logit gradients, then
 // db (column sums), dw and dh (two products). Row losses are kept in device
 // doubles and summed once at the end, in a fixed tree, into *loss_sum.
-// Types follow the CPU (ops/cpu/lm_head.cpp): bf16 h and w enter bf16
-// products, whose backward takes a bf16 copy of the logit gradients; fp16 h
-// and w are widened to fp32; logits, softmax and loss are fp32 throughout.
+// Types follow the CPU (ops/cpu/lm_head.cpp): 16-bit h and w (bf16 or fp16)
+// enter products of their type on tensor cores, whose backward takes a copy
+// of the logit gradients in that type; logits, softmax, loss and db are fp32
+// throughout.
 #include <cmath>
 
 #include "ops/cuda/common.cuh"
@@ -32,9 +33,9 @@ struct RowTeacher {
 // One block per row r of the chunk: loss = logsumexp − logit[target]
 // (0 for ignored rows, target < 0). When training, the row becomes its logit
 // gradient grad_scale·(1 − α)·(softmax − one-hot) (α = 0 without a teacher),
-// plus grad_scale·α·τ·(q − p) when α > 0, and `low` (if not null) its bf16 copy.
+// plus grad_scale·α·τ·(q − p) when α > 0, and `low` (if not null) its copy of kind kl.
 // α = 0 with a teacher computes exactly what no teacher does, plus the KL.
-__global__ void head_rows(float* logits, uint16_t* low, const int32_t* targets, double* losses, int64_t V,
+__global__ void head_rows(float* logits, void* low, int kl, const int32_t* targets, double* losses, int64_t V,
                           int64_t ld, float grad_scale, bool training, RowTeacher t) {
   __shared__ float red_f[32];
   __shared__ double red_d[32];
@@ -81,7 +82,7 @@ __global__ void head_rows(float* logits, uint16_t* low, const int32_t* targets, 
     if (v == target) g -= target_grad;
     if (kl_gradient) g += kq * expf((row[v] - mx) * t.inv_t) - kp * expf((u[v] - tmx) * t.inv_t);
     row[v] = g;
-    if (low) low[r * ld + v] = float_to_bf16_bits(g);
+    if (low) store(low, kl, size_t(r * ld + v), g);
   }
 }
 
@@ -124,23 +125,9 @@ void CudaOps::head(TensorRef h, TensorRef w, const float* b, const int32_t* targ
                    float grad_scale, float* dh, float* dw, float* db, double* loss_sum, float* row_loss, float* logits,
                    int64_t chunk_rows, const TeacherHead* teacher, float alpha, float temperature, double* kl_sum) {
   CTRL_ASSERT(h.dtype == w.dtype);
-  const bool bf16 = h.dtype == DType::BF16, training = dh != nullptr;
+  const bool sixteen = h.dtype != DType::F32, training = dh != nullptr;
   const int64_t Dt = teacher ? teacher->D : 0;
-  TensorRef th = teacher ? teacher->h : TensorRef(), tw = teacher ? teacher->w : TensorRef();
-  if (h.dtype == DType::F16) {  // fp32 products on widened copies, as the CPU
-    float* hw = static_cast<float*>(scratch(kWidenA, size_t(N * D) * 4));
-    float* ww = static_cast<float*>(scratch(kWidenB, size_t(V * D) * 4));
-    convert(hw, h, size_t(N * D));
-    convert(ww, w, size_t(V * D));
-    h = hw, w = ww;
-    if (teacher) {
-      float* thw = static_cast<float*>(scratch(kWidenTeacherH, size_t(N * Dt) * 4));
-      float* tww = static_cast<float*>(scratch(kWidenTeacherW, size_t(V * Dt) * 4));
-      convert(thw, th, size_t(N * Dt));
-      convert(tww, tw, size_t(V * Dt));
-      th = thw, tw = tww;
-    }
-  }
+  const TensorRef th = teacher ? teacher->h : TensorRef(), tw = teacher ? teacher->w : TensorRef();
   const size_t elem = dtype_size(h.dtype);
   double* losses = static_cast<double*>(scratch(kHeadLoss, size_t(N) * sizeof(double)));
   const int64_t ld = head_row_stride(V);
@@ -153,7 +140,7 @@ void CudaOps::head(TensorRef h, TensorRef w, const float* b, const int32_t* targ
       logits = static_cast<float*>(scratch(kHeadLogits, size_t(rows * ld) * sizeof(float)));
     }
   }
-  uint16_t* low = bf16 && training ? static_cast<uint16_t*>(scratch(kHeadLow, size_t(chunk_rows * ld) * 2)) : nullptr;
+  void* low = sixteen && training ? scratch(kHeadLow, size_t(chunk_rows * ld) * 2) : nullptr;
   RowTeacher rt;
   if (teacher) {
     rt.u = teacher->scratch;
@@ -170,12 +157,12 @@ void CudaOps::head(TensorRef h, TensorRef w, const float* b, const int32_t* targ
     }
     RowTeacher chunk = rt;
     if (teacher) chunk.kls = rt.kls + r0;
-    head_rows<<<unsigned(R), kThreads, 0, stream_>>>(logits, low, targets + r0, losses + r0, V, ld, grad_scale,
-                                                    training, chunk);
+    head_rows<<<unsigned(R), kThreads, 0, stream_>>>(logits, low, kind_of(h.dtype), targets + r0, losses + r0, V, ld,
+                                                     grad_scale, training, chunk);
     CTRL_CUDA_LAUNCHED("head_rows");
     if (!training) continue;
     add_column_sums(db, logits, R, V, ld);
-    const TensorRef dl = bf16 ? TensorRef(low, DType::BF16) : TensorRef(logits);
+    const TensorRef dl = sixteen ? TensorRef(low, h.dtype) : TensorRef(logits);
     gemm(true, false, V, D, R, 1.0f, dl, ld, hc, D, 1.0f, dw, D);
     gemm(false, false, R, D, V, 1.0f, dl, ld, w, D, 0.0f, dh + r0 * D, D);
   }
