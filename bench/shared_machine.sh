@@ -25,6 +25,10 @@
 # (the adaptation first decides 2 s into a run, then every 20 s: give busy
 # runs a WARMUP longer than 2 s, e.g. WARMUP=5 STEPS=20 for tiny at batch 8)
 # PY=.venv/bin/python (PyTorch peer, eager fp32; PEER=0 skips it) RESULTS=<folder>
+# SESSION=same | other: the busy loop in this script's session, or in a session of
+# its own (setsid), as another login's job runs; where the kernel groups tasks by
+# session (/proc/sys/kernel/sched_autogroup_enabled = 1), "other" splits the CPUs
+# between the two sessions rather than between the threads.
 # WORK=train | generate; for generate: MODEL=<checkpoint> (default: the main
 # job's latest, runs/tiny), CODE (default: the model's first code), TOKENS=127
 set -euo pipefail
@@ -41,6 +45,8 @@ CTRL=${CTRL:-build/ctrl}
 PY=${PY:-.venv/bin/python}
 PEER=${PEER:-1}
 WORK=${WORK:-train}
+SESSION=${SESSION:-same}
+case $SESSION in same | other) ;; *) echo "shared_machine: SESSION=$SESSION: expected same or other" >&2; exit 2 ;; esac
 TOKENS=${TOKENS:-127}
 [ -x "$CTRL" ] || { echo "shared_machine: no $CTRL (build first)" >&2; exit 2; }
 case $WORK in
@@ -106,11 +112,14 @@ trap stop_busy EXIT
 
 what="$PRESET, batch $BATCH"
 [ "$WORK" = generate ] && what="ctrl generate of $TOKENS tokens from $MODEL under $CODE"
-echo "shared_machine: $what, $THREADS threads, $ROUNDS rounds on $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "shared_machine: $what, $THREADS threads, busy loop in the $SESSION session (autogroup $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo unknown)), $ROUNDS rounds on $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 : >"$out/runs.txt"  # this run's rows only, even in a RESULTS folder used before
 for r in $(seq 1 "$ROUNDS"); do
   for mode in quiet busy; do
-    [ "$mode" = busy ] && { bash -c 'while :; do :; done' & busy_pid=$!; }
+    if [ "$mode" = busy ]; then
+      if [ "$SESSION" = other ]; then setsid bash -c 'while :; do :; done' & else bash -c 'while :; do :; done' & fi
+      busy_pid=$!
+    fi
     for s in "${settings[@]}"; do
       tps=$(run_one "$s")
       echo "$s|$mode|$tps|$r" >>"$out/runs.txt"

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ops/cpu/cpu_ops.h"
@@ -96,6 +97,60 @@ TEST(ThreadAdapter, MovesByTheCompetitorsAndComesBack) {
   EXPECT_EQ(a.current(), 2);
 }
 
+// Where the kernel shares the CPUs between sessions (autogroup) and the busy
+// process is another session's, 8 threads win no CPU time from it: ours ran
+// 0.99 CPUs at 8 threads on 2 CPUs (1.21 with the loop in our own session).
+// The adapter then keeps to the free CPU, and comes back when the CPUs' idle
+// time shows the competitor gone; without idle accounting it stays
+// oversubscribed, and where oversubscribing won CPU time it stays too.
+TEST(ThreadAdapter, KeepsToTheFreeCpusWhenOversubscribingWinsNoCpuTime) {
+  KeepThreads keep;
+  for (const bool idle_known : {true, false})
+    for (const double at_eight : {0.99, 1.21}) {
+      RunQueueTimes total;
+      double ran = 1.97, waited = 0.01, idle = 0.0;
+      ThreadAdapter a(2, 0.0, 1.1, [&] {
+        total.running += ran, total.waiting += waited, total.wall += 1.0, total.idle += idle;
+        total.idle_cpus = idle_known ? 2 : 0;
+        return total;
+      });
+      omp_set_num_threads(2);
+      EXPECT_EQ(a.between_steps(), "");
+      ran = 1.02, waited = 0.78;  // 2 threads beside one busy process
+      EXPECT_NE(a.between_steps().find("8 threads instead of 2"), std::string::npos);
+      ran = at_eight, waited = 4.2;
+      const std::string note = a.between_steps();
+      if (!idle_known || at_eight > 1.1) {
+        EXPECT_EQ(note, "") << idle_known << " " << at_eight;
+        EXPECT_EQ(a.current(), 8);
+        continue;
+      }
+      EXPECT_NE(note.find("1 threads instead of 8: at 8 threads ours ran 0.99 of the 2 CPUs"), std::string::npos)
+          << note;
+      EXPECT_EQ(omp_get_max_threads(), 1);
+      ran = 0.99, waited = 0.01;  // alone on the free CPU: nothing waits, nothing is idle
+      EXPECT_EQ(a.between_steps(), "");
+      EXPECT_EQ(a.current(), 1);
+      idle = 0.98;  // the competitor left its CPU idle
+      EXPECT_NE(a.between_steps().find("2 threads instead of 1: the CPUs are free again (1.0 of the 2 idle)"),
+                std::string::npos);
+      EXPECT_EQ(omp_get_max_threads(), 2);
+    }
+}
+
+// The idle time of this process's CPUs grows with the wall clock when nothing runs.
+TEST(ThreadAdapter, ThreadTimesReadTheIdleTimeOfOurCpus) {
+  ThreadTimes times;
+  const RunQueueTimes before = times.read();
+  if (before.idle_cpus == 0) GTEST_SKIP() << "no /proc/stat line for every CPU in the affinity mask";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const RunQueueTimes after = times.read();
+  EXPECT_EQ(after.idle_cpus, before.idle_cpus);
+  EXPECT_GE(after.idle, before.idle);
+  // Sleeping, this process used none of its CPUs; others may have (ctest runs jobs side by side).
+  EXPECT_LE(after.idle - before.idle, double(before.idle_cpus) * (after.wall - before.wall) + 0.05);
+}
+
 TEST(ThreadAdapter, WaitsForTheInterval) {
   KeepThreads keep;
   int reads = 0;
@@ -103,6 +158,35 @@ TEST(ThreadAdapter, WaitsForTheInterval) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(a.between_steps(), "");
   EXPECT_EQ(reads, 1);  // the first call's, which starts the clock
   EXPECT_EQ(a.current(), 2);
+}
+
+// A new count is checked 2 s after it is set, however long the interval: a
+// short run (ctrl bench) sees the rule at kWonCpus act within seconds.
+TEST(ThreadAdapter, ChecksANewCountAfterTwoSecondsNotTheInterval) {
+  KeepThreads keep;
+  RunQueueTimes total;
+  double ran = 1.02, waited = 0.78;  // 2 threads beside another session's busy loop
+  int reads = 0;
+  ThreadAdapter a(2, 3600.0, 1.1, [&] {
+    ++reads;
+    total.running += ran, total.waiting += waited, total.wall += 1.0, total.idle_cpus = 2;
+    return total;
+  });
+  omp_set_num_threads(2);
+  EXPECT_EQ(a.between_steps(), "");  // starts the clock
+  std::this_thread::sleep_for(std::chrono::milliseconds(2050));
+  EXPECT_NE(a.between_steps().find("8 threads instead of 2"), std::string::npos);
+  ran = 0.99, waited = 4.2;
+  EXPECT_EQ(a.between_steps(), "");  // not 2 s yet
+  std::this_thread::sleep_for(std::chrono::milliseconds(2050));
+  EXPECT_NE(a.between_steps().find("1 threads instead of 8"), std::string::npos);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2050));
+  ran = 0.99, waited = 0.01;
+  EXPECT_EQ(a.between_steps(), "");  // checked after 2 s: unchanged, so the next waits for the interval
+  const int before = reads;
+  std::this_thread::sleep_for(std::chrono::milliseconds(2050));
+  EXPECT_EQ(a.between_steps(), "");
+  EXPECT_EQ(reads, before);
 }
 
 // The kernel's accounting: a thread that spins for 0.3 s adds about that

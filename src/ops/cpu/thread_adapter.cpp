@@ -2,12 +2,15 @@
 
 #include <dirent.h>
 #include <omp.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
 
 namespace ctrl::cpu {
@@ -22,6 +25,36 @@ constexpr double kMinRunnableSeconds = 0.2;
 constexpr int64_t kTokensBeforeFirstProbe = 3;
 constexpr size_t kTrialTokens = 3;
 constexpr double kTokenMargin = 1.1;
+
+// Seconds the CPUs in this process's affinity mask have been idle since boot
+// (idle and iowait of their /proc/stat lines); *cpus, how many of them were
+// read (0 when /proc/stat or the mask cannot be read).
+double affinity_cpus_idle(int* cpus) {
+  *cpus = 0;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) return 0;
+  FILE* f = std::fopen("/proc/stat", "r");
+  if (!f) return 0;
+  const double tick = double(sysconf(_SC_CLK_TCK));
+  double idle = 0;
+  int read = 0;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    int cpu = -1;
+    unsigned long long user, nice, system, idle_ticks, iowait;
+    // One CPU's line ("cpu3 ..."), not the total ("cpu  ...", whose first number %d would take) or another record.
+    if (std::strncmp(line, "cpu", 3) != 0 || !std::isdigit(static_cast<unsigned char>(line[3])) ||
+        std::sscanf(line, "cpu%d %llu %llu %llu %llu %llu", &cpu, &user, &nice, &system, &idle_ticks, &iowait) != 6)
+      continue;
+    if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &mask)) continue;
+    idle += double(idle_ticks + iowait) / tick;
+    ++read;
+  }
+  std::fclose(f);
+  *cpus = read == CPU_COUNT(&mask) ? read : 0;
+  return idle;
+}
 }  // namespace
 
 bool ThreadTimes::available() const {
@@ -52,6 +85,7 @@ RunQueueTimes ThreadTimes::read() {
     total_.waiting += t.waiting - before.waiting;
   }
   last_ = std::move(now);
+  total_.idle = affinity_cpus_idle(&total_.idle_cpus);
   return total_;
 }
 
@@ -90,8 +124,9 @@ ThreadAdapter::ThreadAdapter(int max_threads, double interval_seconds, double ma
 std::string ThreadAdapter::between_steps() {
   if (!accounting_) return "";
   const auto now = std::chrono::steady_clock::now();
-  // The first decision comes early (a short run, e.g. `ctrl bench`, lasts seconds), then one per interval.
-  const double wait = probed_ ? interval_ : std::min(interval_, kFirstProbeSeconds);
+  // The first decision comes early (a short run, e.g. `ctrl bench`, lasts seconds), and so does the
+  // check of a new count; then one per interval.
+  const double wait = probed_ && !changed_ ? interval_ : std::min(interval_, kFirstProbeSeconds);
   if (started_ && std::chrono::duration<double>(now - last_probe_).count() < wait) return "";
   const RunQueueTimes times = times_ ? times_() : thread_times_.read();
   const double running = times.running - last_times_.running, waiting = times.waiting - last_times_.waiting;
@@ -103,27 +138,52 @@ std::string ThreadAdapter::between_steps() {
   const double share = running / (running + waiting);
   const double our_cpus = wall > 0 ? running / wall : double(max_threads_);
   const int competitors = competing_threads(share, our_cpus, current_, max_threads_);
+  RunQueueTimes delta{running, waiting, wall, times.idle - last_times_.idle, 0};
+  if (times.idle_cpus == last_times_.idle_cpus) delta.idle_cpus = times.idle_cpus;
   probed_ = true;
   last_probe_ = now, last_times_ = times;
-  const int best = best_thread_count(max_threads_, competitors);
   const int before = current_;
+  std::string why;
+  current_ = decide(delta, share, our_cpus, competitors, &why);
+  omp_set_num_threads(current_);
+  changed_ = current_ != before;
+  if (!changed_) return "";
+  return std::to_string(current_) + " threads instead of " + std::to_string(before) + ": " + why;
+}
+
+int ThreadAdapter::decide(const RunQueueTimes& delta, double share, double our_cpus, int competitors,
+                          std::string* why) const {
+  char text[240];
+  const int percent = int(std::lround(100 * share));
+  const bool idle_known = delta.idle_cpus == max_threads_ && delta.wall > 0;
+  if (current_ < max_threads_) {  // on the free CPUs alone: only their idle time tells that the competitors left
+    const double idle = idle_known ? delta.idle / delta.wall : 0.0;
+    if (idle < kFreedCpus) return current_;
+    std::snprintf(text, sizeof text, "the CPUs are free again (%.1f of the %d idle)", idle, max_threads_);
+    *why = text;
+    return max_threads_;
+  }
+  if (current_ > max_threads_ && competitors > 0 && competitors < max_threads_ && idle_known &&
+      our_cpus < double(max_threads_ - competitors) + kWonCpus) {
+    std::snprintf(text, sizeof text,
+                  "at %d threads ours ran %.2f of the %d CPUs, no more than the other processes leave free (the "
+                  "kernel shares the CPUs between sessions or groups here, not between threads)",
+                  current_, our_cpus, max_threads_);
+    *why = text;
+    return max_threads_ - competitors;
+  }
+  const int best = best_thread_count(max_threads_, competitors);
   const double gain =
       predicted_speed(best, max_threads_, competitors) / predicted_speed(current_, max_threads_, competitors);
-  if (gain >= margin_) current_ = best;
-  omp_set_num_threads(current_);
-  if (current_ == before) return "";
-  char line[240];
-  const int percent = int(std::lround(100 * share));
+  if (gain < margin_) return current_;
   if (competitors > 0)
-    std::snprintf(line, sizeof line,
-                  "%d threads instead of %d: other processes took %.1f of the %d CPUs (ours ran %d%% of the time "
-                  "they were ready)",
-                  current_, before, double(max_threads_) - our_cpus, max_threads_, percent);
+    std::snprintf(text, sizeof text,
+                  "other processes took %.1f of the %d CPUs (ours ran %d%% of the time they were ready)",
+                  double(max_threads_) - our_cpus, max_threads_, percent);
   else
-    std::snprintf(line, sizeof line,
-                  "%d threads instead of %d: the CPUs are free again (ours ran %d%% of the time they were ready)",
-                  current_, before, percent);
-  return line;
+    std::snprintf(text, sizeof text, "the CPUs are free again (ours ran %d%% of the time they were ready)", percent);
+  *why = text;
+  return best;
 }
 
 std::string ThreadAdapter::settle_tokens(const std::vector<double>& seconds) {

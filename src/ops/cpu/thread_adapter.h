@@ -3,8 +3,8 @@
 // least CPU time; when another process keeps a core busy, a different thread
 // count can run faster (bench/results/shared-machine-*.md).
 //
-// Training steps: between optimizer steps, 2 s after the first call and then
-// every `interval` seconds, the adapter reads the kernel's accounting of this
+// Training steps: between optimizer steps, 2 s after the first call and after
+// each change of the count, else every `interval` seconds, the adapter reads the kernel's accounting of this
 // process's threads (/proc/self/task/*/schedstat: time on a CPU and time
 // runnable but waiting for one). When ours waited, the CPU time they did not
 // get went to other processes (competing_threads), and a model of a
@@ -42,13 +42,17 @@ namespace ctrl::cpu {
 
 // Seconds this process's threads have spent on a CPU and runnable but
 // waiting for one, since a fixed start (sums only grow), and the wall clock
-// (steady) when they were read.
+// (steady) when they were read; `idle`, the seconds the CPUs this process may
+// run on spent idle since boot, over `idle_cpus` of them (0: unknown).
 struct RunQueueTimes {
-  double running = 0, waiting = 0, wall = 0;
+  double running = 0, waiting = 0, wall = 0, idle = 0;
+  int idle_cpus = 0;
 };
 
-// Reads /proc/self/task/*/schedstat. Threads that exit stop adding, so the
-// sums stay monotonic; `available()` is false where the kernel has no such file.
+// Reads /proc/self/task/*/schedstat, and the idle time of the CPUs in this
+// process's affinity mask from /proc/stat. Threads that exit stop adding, so
+// the sums stay monotonic; `available()` is false where the kernel has no
+// schedstat file.
 class ThreadTimes {
  public:
   bool available() const;
@@ -84,9 +88,23 @@ constexpr double kStillContendedCpus = 0.3;
 double predicted_speed(int threads, int cpus, int competitors);
 // The count in cpus..kMaxThreadsPerCpu·cpus with the highest predicted speed
 // (the smallest on a tie). Never fewer threads than CPUs: at fewer, the
-// accounting could not tell when a competitor leaves (ours would neither
-// wait nor use its CPU), so the count would stay low on a quiet machine.
+// schedstat accounting could not tell when a competitor leaves (ours would
+// neither wait nor use its CPU). Fewer come only from the rule below.
 int best_thread_count(int cpus, int competitors);
+// Oversubscribing wins CPU time only where the kernel shares a CPU between
+// threads. With autogroup scheduling (/proc/sys/kernel/sched_autogroup_enabled)
+// it shares between sessions, and a competitor started from another login
+// keeps its CPU whatever our thread count: beside such a busy loop on 2 CPUs
+// ours ran 0.99 CPUs at 2, 4 and 8 threads, against 1.02 → 1.21 with the loop
+// in our own session (bench/results/shared-machine-sessions-zen4-2026-12-04.md).
+// So when ours, oversubscribed, run less than kWonCpus more than the CPUs the
+// competitors leave free, the adapter keeps to those CPUs (one thread each,
+// 0.52-0.55 of quiet there against 0.46-0.50 at 8 threads), and returns to
+// all usable CPUs when those CPUs' idle time (/proc/stat) shows at least
+// kFreedCpus of them free. Only where that idle time covers exactly the usable
+// CPUs (no CPU quota below the affinity mask); elsewhere it stays oversubscribed.
+constexpr double kWonCpus = 0.1;
+constexpr double kFreedCpus = 0.5;
 // Measured on a 2-core EPYC beside one busy process: 3 to 8 threads ran at
 // 0.67-0.75 of their equal share's speed (time slicing, caches shared in
 // turn, and the scheduler leaving the busy loop more than an equal share).
@@ -122,7 +140,10 @@ class ThreadAdapter {
   int max_threads_, current_;
   double interval_, margin_;
   bool accounting_;  // times_ given or the kernel keeps schedstat: checked once, not every step
-  bool started_ = false, probed_ = false;
+  // The model's count for this interval's accounting, or the free CPUs' count
+  // by the rule at kWonCpus, or back to all CPUs by the rule at kFreedCpus; `why` the note's reason.
+  int decide(const RunQueueTimes& delta, double share, double our_cpus, int competitors, std::string* why) const;
+  bool started_ = false, probed_ = false, changed_ = false;  // changed_: by the last decision
   std::chrono::steady_clock::time_point last_probe_;
   // The position of a count in candidates_.
   size_t index_of(int threads) const;
