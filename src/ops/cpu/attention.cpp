@@ -121,9 +121,9 @@ void CpuOps::attention_forward(TensorRef out_ref, TensorRef probs_ref, TensorRef
       gemm_f32(false, true, n, i0 + n, hd, scale, in.q + i0 * in.ld, in.ld, in.k, in.ld, 0.0f, P + i0 * T, T);
     });
     causal_softmax(P, T);
-    if (f16) {
-      round_through_f16(P, T * T);
+    if (f16) {  // kept in fp16, and the product below takes that rounding
       to_f16(P, probs_ref.u16() + bh * T * T, T * T);
+      from_f16(probs_ref.u16() + bh * T * T, P, T * T);
     }
     const bool f32_out = !out_ref.is_16bit();
     float* o = f32_out ? out_ref.f32() + b * T * D + h * hd : slices + 3 * T * hd;
@@ -177,10 +177,7 @@ void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRe
     if (f16) {  // the softmax widened; dO rounded to fp16 (overflowing as fp16 does) in the fourth slice
       from_f16(probs_ref.u16() + bh * T * T, dP + T * T, T * T);
       float* rounded = slices + 3 * T * hd;
-      for (int64_t t = 0; t < T; ++t) {
-        std::copy_n(dO + t * D, hd, rounded + t * hd);
-        round_through_f16(rounded + t * hd, hd);
-      }
+      for (int64_t t = 0; t < T; ++t) round_through_f16(dO + t * D, rounded + t * hd, hd);
       dO = rounded, ld_dO = hd;
     }
     float* dq = dqkv_ref.f32() + b * T * 3 * D + h * hd;
@@ -192,7 +189,7 @@ void CpuOps::attention_backward(TensorRef dqkv_ref, TensorRef dout_ref, TensorRe
     // fp32: dS in place in dP, 1/√hd in the products; fp16: dS/√hd rounded to fp16 once, as bf16's.
     const float softmax_factor = f16 ? scale : 1.0f, product_factor = f16 ? 1.0f : scale;
     for (int64_t i = 0; i < T; ++i) softmax_backward_row(P + i * T, dP + i * T, i, T, softmax_factor);
-    if (f16) round_through_f16(dP, T * T);
+    if (f16) round_through_f16(dP, dP, T * T);
     for_each_causal_block(T, [&](int64_t i0, int64_t n) {  // dq = dS·k; dk = dSᵀ·q
       gemm_f32(false, false, n, hd, i0 + n, product_factor, dP + i0 * T, T, in.k, in.ld, 0.0f, dq + i0 * 3 * D, 3 * D);
       gemm_f32(true, false, n, hd, T - i0, product_factor, dP + i0 * T + i0, T, in.q + i0 * in.ld, in.ld, 0.0f,

@@ -124,14 +124,13 @@ const float* CpuOps::rounded_through(DType low, const float* x, size_t n, int sl
 #pragma omp parallel for schedule(static)
   for (size_t i0 = 0; i0 < n; i0 += 4096) {
     const int64_t len = int64_t(std::min<size_t>(4096, n - i0));
-    uint16_t rounded[4096];
-    if (low == DType::BF16) {
-      to_bf16(x + i0, rounded, len);
-      from_bf16(rounded, out + i0, len);
-    } else {
-      to_f16(x + i0, rounded, len);
-      from_f16(rounded, out + i0, len);
+    if (low == DType::F16) {
+      round_through_f16(x + i0, out + i0, len);
+      continue;
     }
+    uint16_t rounded[4096];
+    to_bf16(x + i0, rounded, len);
+    from_bf16(rounded, out + i0, len);
   }
   return out;
 }

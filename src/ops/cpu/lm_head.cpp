@@ -176,7 +176,7 @@ void CpuOps::head_loss(TensorRef h_ref, TensorRef w_ref, const float* b, const i
               }
               for (int64_t v = 0; v < bw; ++v) db[v0 + v] += row[v];
               if (low) to_bf16(row, dl_low + r * kBlockStride, bw);
-              if (f16) round_through_f16(row, bw);
+              if (f16) round_through_f16(row, row, bw);
             }
             const float beta = blk == g * blocks / groups ? 0.0f : 1.0f;  // the group's first block starts its partial
             if (low) {

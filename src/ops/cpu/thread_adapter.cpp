@@ -135,24 +135,23 @@ std::string ThreadAdapter::between_steps() {
     if (!started_) started_ = true, last_probe_ = now, last_times_ = times;
     return "";
   }
-  const double share = running / (running + waiting);
-  const double our_cpus = wall > 0 ? running / wall : double(max_threads_);
-  const int competitors = competing_threads(share, our_cpus, current_, max_threads_);
   RunQueueTimes delta{running, waiting, wall, times.idle - last_times_.idle, 0};
   if (times.idle_cpus == last_times_.idle_cpus) delta.idle_cpus = times.idle_cpus;
   probed_ = true;
   last_probe_ = now, last_times_ = times;
   const int before = current_;
   std::string why;
-  current_ = decide(delta, share, our_cpus, competitors, &why);
+  current_ = decide(delta, &why);
   omp_set_num_threads(current_);
   changed_ = current_ != before;
   if (!changed_) return "";
   return std::to_string(current_) + " threads instead of " + std::to_string(before) + ": " + why;
 }
 
-int ThreadAdapter::decide(const RunQueueTimes& delta, double share, double our_cpus, int competitors,
-                          std::string* why) const {
+int ThreadAdapter::decide(const RunQueueTimes& delta, std::string* why) const {
+  const double share = delta.running / (delta.running + delta.waiting);
+  const double our_cpus = delta.wall > 0 ? delta.running / delta.wall : double(max_threads_);
+  const int competitors = competing_threads(share, our_cpus, current_, max_threads_);
   char text[240];
   const int percent = int(std::lround(100 * share));
   const bool idle_known = delta.idle_cpus == max_threads_ && delta.wall > 0;

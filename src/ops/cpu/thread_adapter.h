@@ -140,9 +140,10 @@ class ThreadAdapter {
   int max_threads_, current_;
   double interval_, margin_;
   bool accounting_;  // times_ given or the kernel keeps schedstat: checked once, not every step
-  // The model's count for this interval's accounting, or the free CPUs' count
-  // by the rule at kWonCpus, or back to all CPUs by the rule at kFreedCpus; `why` the note's reason.
-  int decide(const RunQueueTimes& delta, double share, double our_cpus, int competitors, std::string* why) const;
+  // From one interval's accounting (`delta`: the differences of two reads):
+  // the model's count, or the free CPUs' count by the rule at kWonCpus, or
+  // back to all CPUs by the rule at kFreedCpus; `why` the note's reason.
+  int decide(const RunQueueTimes& delta, std::string* why) const;
   bool started_ = false, probed_ = false, changed_ = false;  // changed_: by the last decision
   std::chrono::steady_clock::time_point last_probe_;
   // The position of a count in candidates_.

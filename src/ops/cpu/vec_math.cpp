@@ -58,12 +58,12 @@ void from_f16(const uint16_t* in, float* out, int64_t n) {
 }
 #endif
 
-void round_through_f16(float* x, int64_t n) {
+void round_through_f16(const float* in, float* out, int64_t n) {
   uint16_t rounded[256];
   for (int64_t i0 = 0; i0 < n; i0 += 256) {
     const int64_t len = std::min<int64_t>(256, n - i0);
-    to_f16(x + i0, rounded, len);
-    from_f16(rounded, x + i0, len);
+    to_f16(in + i0, rounded, len);
+    from_f16(rounded, out + i0, len);
   }
 }
 

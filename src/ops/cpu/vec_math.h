@@ -25,9 +25,9 @@ void to_bf16_reference(const float* in, uint16_t* out, int64_t n);
 // fp32 <-> IEEE fp16 (F16C instructions where the build has them).
 void to_f16(const float* in, uint16_t* out, int64_t n);
 void from_f16(const uint16_t* in, float* out, int64_t n);
-// x[i] = its fp16 rounding, in place (inf beyond fp16's range): an fp16
-// operand held in fp32, for the products this CPU runs in fp32.
-void round_through_f16(float* x, int64_t n);
+// out[i] = in[i]'s fp16 rounding (inf beyond fp16's range; in may be out):
+// an fp16 operand held in fp32, for the products this CPU runs in fp32.
+void round_through_f16(const float* in, float* out, int64_t n);
 
 // exp of 16 floats with the vector path (about 1 ulp over the float range
 // of normal results; 0 below about -103 with AVX-512 and -86.6 with AVX2,
