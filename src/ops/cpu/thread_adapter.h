@@ -95,8 +95,9 @@ int best_thread_count(int cpus, int competitors);
 // threads. With autogroup scheduling (/proc/sys/kernel/sched_autogroup_enabled)
 // it shares between sessions, and a competitor started from another login
 // keeps its CPU whatever our thread count: beside such a busy loop on 2 CPUs
-// ours ran 0.99 CPUs at 2, 4 and 8 threads, against 1.02 → 1.21 with the loop
-// in our own session (bench/results/shared-machine-sessions-zen4-2026-12-04.md).
+// ours ran 0.99-1.00 CPUs at 2, 4 and 8 threads, against 1.02 → 1.23 with the
+// loop in our own session (bench/thread_cpu_share.sh,
+// bench/results/shared-machine-sessions-zen4-2026-12-04.md).
 // So when ours, oversubscribed, run less than kWonCpus more than the CPUs the
 // competitors leave free, the adapter keeps to those CPUs (one thread each,
 // 0.52-0.55 of quiet there against 0.46-0.50 at 8 threads), and returns to
