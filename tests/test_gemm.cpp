@@ -1,7 +1,7 @@
 // Tests of the CPU GEMM layer (src/ops/cpu/gemm.h) against the double-
 // accumulating references: every transpose combination, odd sizes, alpha and
-// beta, padded leading dimensions, determinism, and calls from inside an
-// OpenMP parallel region; the bf16 ones on both of its paths (oneDNN's bf16
+// beta, padded leading dimensions, determinism, calls from inside an
+// OpenMP parallel region, and tiled products; the bf16 ones on both of its paths (oneDNN's bf16
 // kernels and the widened fp32 products). Shape letters: C is M x N, reduced
 // over K.
 #include <gtest/gtest.h>
@@ -295,6 +295,66 @@ TEST(Gemm, InsideParallelRegionMatchesOutside) {
       for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(inside[h][i], want[i], 1e-5f) << h << " " << i;
     }
   });
+}
+
+// Tiled products (the thread adapter's mode above the CPUs): C cut into
+// 128 x 512 tiles handed to the threads one at a time. Shapes with edge tiles
+// in both directions, every transpose, alpha, beta and padding, against the
+// reference; the fused bias and bf16 output against the untiled product; and
+// the same bits at 2 and 3 threads, since the tiles, not the threads, fix the
+// order of the sums.
+TEST(Gemm, TiledProductsMatchTheReferenceAndKeepTheirBitsAtAnyThreadCount) {
+  struct Tiled {
+    int threads = omp_get_max_threads();
+    Tiled() { set_gemm_tiled(true); }
+    ~Tiled() { set_gemm_tiled(false), omp_set_num_threads(threads); }
+  } tiled;
+  omp_set_num_threads(2);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const Case c{ta, tb, 300, 1100, 40, -0.5f, ta == tb ? 1.f : 0.f, ta ? 3 : 0};  // 3 x 3 tiles, 13M products
+      check_case<float>(c, false);
+      on_both_bf16_paths([&] { check_case<uint16_t>(c, true); });
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  const int64_t M = 260, N = 1030, K = 48;
+  const auto a = random_floats(M * K, 31), b = random_floats(N * K, 32), bias = random_floats(N, 33);
+  const auto a16 = to_bf16(a), b16 = to_bf16(b);
+  on_both_bf16_paths([&] {
+    for (bool c_bf16 : {false, true}) {
+      std::vector<uint16_t> out16[2];
+      std::vector<float> out32[2];
+      for (int t : {0, 1}) {  // untiled, tiled
+        set_gemm_tiled(t == 1);
+        out16[t].assign(M * N, 0xffff), out32[t].assign(M * N, -1.f);
+        void* out = c_bf16 ? static_cast<void*>(out16[t].data()) : static_cast<void*>(out32[t].data());
+        gemm_bf16_bias(false, true, M, N, K, a16.data(), K, b16.data(), K, bias.data(), out, c_bf16, N);
+      }
+      for (int64_t i = 0; i < M * N; ++i) {
+        float want = out32[0][i], got = out32[1][i];
+        if (c_bf16) {  // tiled and untiled sums differ in the last place, so their bf16 roundings by one ulp at most
+          ASSERT_LE(std::abs(int(out16[0][i]) - int(out16[1][i])), 1) << "bf16 out at " << i;
+          continue;
+        }
+        ASSERT_NEAR(got, want, 1e-5f * (std::fabs(want) + 1.f)) << "fp32 out at " << i;
+      }
+    }
+  });
+  for (int path : {0, 1, 2}) {  // fp32, bf16 through oneDNN's kernels, bf16 widened
+    set_bf16_widened(path == 2);
+    std::vector<float> at[2];
+    for (int threads : {2, 3}) {
+      omp_set_num_threads(threads);
+      auto& c = at[threads - 2];
+      c.assign(M * N, 0.5f);
+      if (path == 0)
+        gemm_f32(false, true, M, N, K, 1.f, a.data(), K, b.data(), K, 1.f, c.data(), N);
+      else
+        gemm_bf16(false, true, M, N, K, 1.f, a16.data(), K, b16.data(), K, 1.f, c.data(), N);
+    }
+    set_bf16_widened(false);
+    ASSERT_EQ(0, std::memcmp(at[0].data(), at[1].data(), at[0].size() * sizeof(float))) << "path " << path;
+  }
 }
 
 TEST(Gemm, PeakMeasurementIsPositive) {

@@ -10,17 +10,22 @@
 #include <thread>
 #include <vector>
 
+#include "core/sysinfo.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/gemm.h"
 #include "ops/cpu/thread_adapter.h"
 
 using namespace ctrl::cpu;
 
 namespace {
 
-// Restores the process's OpenMP thread count at the end of a test.
+// Restores the process's OpenMP thread count and untiled products at the end of a test.
 struct KeepThreads {
   int saved = omp_get_max_threads();
-  ~KeepThreads() { omp_set_num_threads(saved); }
+  ~KeepThreads() {
+    omp_set_num_threads(saved);
+    set_gemm_tiled(false);
+  }
 };
 
 }  // namespace
@@ -48,14 +53,15 @@ TEST(ThreadAdapter, ModelPicksTheCountForTheCompetitors) {
   EXPECT_EQ(best_thread_count(16, 0), 16);
   EXPECT_EQ(best_thread_count(1, 0), 1);
   // 2 CPUs, one busy process: 2 threads wait for the one that shares a CPU
-  // (speed 1, as 1 thread); 8 threads get 8/9 of both CPUs at 0.7.
+  // (speed 1, as 1 thread); 8 threads get 8/9 of both CPUs at 0.7, 16 16/17.
   EXPECT_DOUBLE_EQ(predicted_speed(2, 2, 1), 1.0);
   EXPECT_DOUBLE_EQ(predicted_speed(1, 2, 1), 1.0);
   EXPECT_DOUBLE_EQ(predicted_speed(8, 2, 1), 0.7 * 8 * 2 / 9);
   EXPECT_DOUBLE_EQ(predicted_speed(15, 16, 1), 15.0);
   EXPECT_DOUBLE_EQ(predicted_speed(16, 16, 1), 8.0);
-  EXPECT_EQ(best_thread_count(2, 1), 8);
-  EXPECT_EQ(best_thread_count(4, 1), 16);  // 0.7 · 16 · 4/17 = 2.6 against 4/2
+  EXPECT_DOUBLE_EQ(predicted_speed(16, 2, 1), 0.7 * 16 * 2 / 17);
+  EXPECT_EQ(best_thread_count(2, 1), 16);
+  EXPECT_EQ(best_thread_count(4, 1), 32);  // 0.7 · 32 · 4/33 = 2.7 against 4/2
   for (int cpus : {1, 2, 3, 8})
     for (int others = 0; others <= 2 * cpus; ++others) {
       const int best = best_thread_count(cpus, others);
@@ -82,31 +88,34 @@ TEST(ThreadAdapter, MovesByTheCompetitorsAndComesBack) {
   EXPECT_EQ(omp_get_max_threads(), 2);
   ran = 1.04, waited = 0.77;  // 2 threads beside one busy process
   const std::string note = a.between_steps();
-  EXPECT_NE(note.find("8 threads instead of 2: other processes took 1.0 of the 2 CPUs (ours ran 57%"),
+  EXPECT_NE(note.find("16 threads instead of 2: other processes took 1.0 of the 2 CPUs (ours ran 57%"),
             std::string::npos)
       << note;
-  EXPECT_EQ(omp_get_max_threads(), 8);
-  ran = 1.29, waited = 3.49;  // 8 threads beside it: still one competitor, stay
+  EXPECT_EQ(omp_get_max_threads(), 16);
+  EXPECT_TRUE(gemm_tiled());  // more threads than CPUs: the products tiled
+  ran = 1.52, waited = 6.1;   // 16 threads beside it: still one competitor (0.48 of the CPUs not ours), stay
   EXPECT_EQ(a.between_steps(), "");
-  EXPECT_EQ(a.current(), 8);
-  ran = 1.94, waited = 3.40;  // 8 threads alone on 2 CPUs: free again
-  EXPECT_NE(a.between_steps().find("2 threads instead of 8: the CPUs are free again"), std::string::npos);
+  EXPECT_EQ(a.current(), 16);
+  ran = 1.88, waited = 6.3;  // 16 threads alone on 2 CPUs (0.12 not ours): free again
+  EXPECT_NE(a.between_steps().find("2 threads instead of 16: the CPUs are free again"), std::string::npos);
   EXPECT_EQ(omp_get_max_threads(), 2);
+  EXPECT_FALSE(gemm_tiled());
   ran = 0.001, waited = 0.001;  // too little runnable time to decide
   EXPECT_EQ(a.between_steps(), "");
   EXPECT_EQ(a.current(), 2);
 }
 
 // Where the kernel shares the CPUs between sessions (autogroup) and the busy
-// process is another session's, 8 threads win no CPU time from it: ours ran
-// 0.99 CPUs at 8 threads on 2 CPUs (1.21 with the loop in our own session).
+// process is another session's, more threads win no CPU time from it: ours
+// ran 0.99 CPUs at 8 threads on 2 CPUs (1.21 with the loop in our own
+// session, 1.52 at 16 with tiled products).
 // The adapter then keeps to the free CPU, and comes back when the CPUs' idle
 // time shows the competitor gone; without idle accounting it stays
 // oversubscribed, and where oversubscribing won CPU time it stays too.
 TEST(ThreadAdapter, KeepsToTheFreeCpusWhenOversubscribingWinsNoCpuTime) {
   KeepThreads keep;
   for (const bool idle_known : {true, false})
-    for (const double at_eight : {0.99, 1.21}) {
+    for (const double at_sixteen : {0.99, 1.52}) {
       RunQueueTimes total;
       double ran = 1.97, waited = 0.01, idle = 0.0;
       ThreadAdapter a(2, 0.0, 1.1, [&] {
@@ -117,17 +126,18 @@ TEST(ThreadAdapter, KeepsToTheFreeCpusWhenOversubscribingWinsNoCpuTime) {
       omp_set_num_threads(2);
       EXPECT_EQ(a.between_steps(), "");
       ran = 1.02, waited = 0.78;  // 2 threads beside one busy process
-      EXPECT_NE(a.between_steps().find("8 threads instead of 2"), std::string::npos);
-      ran = at_eight, waited = 4.2;
+      EXPECT_NE(a.between_steps().find("16 threads instead of 2"), std::string::npos);
+      ran = at_sixteen, waited = 6.2;
       const std::string note = a.between_steps();
-      if (!idle_known || at_eight > 1.1) {
-        EXPECT_EQ(note, "") << idle_known << " " << at_eight;
-        EXPECT_EQ(a.current(), 8);
+      if (!idle_known || at_sixteen > 1.1) {
+        EXPECT_EQ(note, "") << idle_known << " " << at_sixteen;
+        EXPECT_EQ(a.current(), 16);
         continue;
       }
-      EXPECT_NE(note.find("1 threads instead of 8: at 8 threads ours ran 0.99 of the 2 CPUs"), std::string::npos)
+      EXPECT_NE(note.find("1 threads instead of 16: at 16 threads ours ran 0.99 of the 2 CPUs"), std::string::npos)
           << note;
       EXPECT_EQ(omp_get_max_threads(), 1);
+      EXPECT_FALSE(gemm_tiled());
       ran = 0.99, waited = 0.01;  // alone on the free CPU: nothing waits, nothing is idle
       EXPECT_EQ(a.between_steps(), "");
       EXPECT_EQ(a.current(), 1);
@@ -175,11 +185,11 @@ TEST(ThreadAdapter, ChecksANewCountAfterTwoSecondsNotTheInterval) {
   omp_set_num_threads(2);
   EXPECT_EQ(a.between_steps(), "");  // starts the clock
   std::this_thread::sleep_for(std::chrono::milliseconds(2050));
-  EXPECT_NE(a.between_steps().find("8 threads instead of 2"), std::string::npos);
-  ran = 0.99, waited = 4.2;
+  EXPECT_NE(a.between_steps().find("16 threads instead of 2"), std::string::npos);
+  ran = 0.99, waited = 6.2;
   EXPECT_EQ(a.between_steps(), "");  // not 2 s yet
   std::this_thread::sleep_for(std::chrono::milliseconds(2050));
-  EXPECT_NE(a.between_steps().find("1 threads instead of 8"), std::string::npos);
+  EXPECT_NE(a.between_steps().find("1 threads instead of 16"), std::string::npos);
   std::this_thread::sleep_for(std::chrono::milliseconds(2050));
   ran = 0.99, waited = 0.01;
   EXPECT_EQ(a.between_steps(), "");  // checked after 2 s: unchanged, so the next waits for the interval
@@ -267,10 +277,12 @@ TEST(ThreadAdapter, TokensStartFromTheCpusAfterTrainingOversubscribed) {
   });
   a.between_steps();
   EXPECT_NE(a.between_steps(), "");
-  ASSERT_EQ(a.current(), 8);
+  ASSERT_EQ(a.current(), 16);
+  EXPECT_TRUE(gemm_tiled());
   a.after_token(0.01);
   EXPECT_EQ(a.current(), 2);
   EXPECT_EQ(omp_get_max_threads(), 2);
+  EXPECT_FALSE(gemm_tiled());
   EXPECT_TRUE(decode(a, {{2, 0.010}, {1, 0.012}}, 50).empty());
 }
 
@@ -282,4 +294,16 @@ TEST(ThreadAdapter, PinnedCountIsLeftAlone) {
   const int before = omp_get_max_threads();
   for (int i = 0; i < 3; ++i) EXPECT_EQ(ops.between_steps(), "");
   EXPECT_EQ(omp_get_max_threads(), before);
+}
+
+// A count above the usable CPUs, pinned or adapted, runs the products tiled;
+// one thread per CPU does not.
+TEST(ThreadAdapter, PinnedCountAboveTheCpusTilesTheProducts) {
+  KeepThreads keep;
+  {
+    CpuOps ops(ctrl::usable_cpus() + 1);
+    EXPECT_TRUE(gemm_tiled());
+  }
+  CpuOps ops(ctrl::usable_cpus());
+  EXPECT_FALSE(gemm_tiled());
 }

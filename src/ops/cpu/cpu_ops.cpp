@@ -10,6 +10,7 @@
 #include <new>
 #include <optional>
 
+#include "core/sysinfo.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/vec_math.h"
 
@@ -22,6 +23,7 @@ CpuOps::CpuOps(int threads) {
     omp_set_num_threads(threads);
   else if (!std::getenv("OMP_NUM_THREADS"))
     adapter_ = std::make_unique<ThreadAdapter>(omp_get_max_threads());
+  set_gemm_tiled(omp_get_max_threads() > usable_cpus());
 }
 
 CpuOps::~CpuOps() = default;

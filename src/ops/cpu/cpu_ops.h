@@ -15,7 +15,8 @@ class CpuOps final : public Ops {
  public:
   // threads > 0 sets the OpenMP thread count (process-wide, as OpenMP has one).
   // Without it, and without OMP_NUM_THREADS, the count adapts to a shared
-  // machine between steps (thread_adapter.h).
+  // machine between steps (thread_adapter.h). Above the usable CPUs, pinned
+  // or adapted, the matrix products run tiled (gemm.h).
   explicit CpuOps(int threads = 0);
   ~CpuOps() override;
   const char* name() const override { return "cpu"; }

@@ -194,13 +194,46 @@ void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
     }
 }
 
+std::atomic<bool> tile_products{false};
+// A tile of C: small enough that a product splits into a dozen or more of them
+// (tiny's 2048 x 256 forward: 16; base's: 96), large enough that oneDNN's
+// single-threaded kernels run at their full speed on it. Beside one busy
+// process, 128 x 512 tiles ran tiny 15-19% faster than 256 x 256 and base the
+// same (bench/results/shared-machine-tiled-zen4-2026-12-04.md).
+constexpr int64_t kTileRows = 128, kTileCols = 512;
+// Smaller products (multiply-adds) stay whole: tiling buys nothing there.
+constexpr int64_t kMinTiledProduct = int64_t(1) << 22;
+
+// Runs `tile(i, j, m, n)` for C's tiles (row i, column j, m x n), handed out
+// dynamically; false, having run nothing, when the products are not tiled.
+template <class Tile>
+bool run_tiled(int64_t M, int64_t N, int64_t K, Tile&& tile) {
+  if (!tile_products.load(std::memory_order_relaxed) || omp_in_parallel()) return false;
+  const int64_t tm = (M + kTileRows - 1) / kTileRows, tn = (N + kTileCols - 1) / kTileCols;
+  if (tm * tn < 2 || M * N * K < kMinTiledProduct) return false;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < tm * tn; ++t) {
+    const int64_t i = t / tn * kTileRows, j = t % tn * kTileCols;
+    tile(i, j, std::min(kTileRows, M - i), std::min(kTileCols, N - j));
+  }
+  return true;
+}
+
 }  // namespace
+
+void set_gemm_tiled(bool tiled) { tile_products.store(tiled); }
+bool gemm_tiled() { return tile_products.load(); }
 
 void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   check_args(ta, tb, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
+  if (run_tiled(M, N, K, [&](int64_t i, int64_t j, int64_t m, int64_t n) {
+        gemm_f32(ta, tb, m, n, K, alpha, ta ? A + i : A + i * lda, lda, tb ? B + j * ldb : B + j, ldb, beta,
+                 C + i * ldc + j, ldc);
+      }))
+    return;
   // fp32: oneDNN's sgemm (JIT AVX-512 kernels, no primitive to create); it
   // runs single-threaded by itself inside an OpenMP parallel region.
   const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -212,6 +245,11 @@ void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
   check_args(ta, tb, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
+  if (run_tiled(M, N, K, [&](int64_t i, int64_t j, int64_t m, int64_t n) {
+        gemm_bf16(ta, tb, m, n, K, alpha, ta ? A + i : A + i * lda, lda, tb ? B + j * ldb : B + j, ldb, beta,
+                  C + i * ldc + j, ldc);
+      }))
+    return;
   const Key k{true, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, current_threads()};
   if (!widen_bf16.load(std::memory_order_relaxed) && run(k, A, B, C)) return;
   // Widened (chosen, or no bf16 kernel in oneDNN for this CPU): the products
@@ -225,6 +263,12 @@ void gemm_bf16_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uin
                     const uint16_t* B, int64_t ldb, const float* bias, void* C, bool c_bf16, int64_t ldc) {
   check_args(ta, tb, M, N, K, lda, ldb, ldc);
   if (M == 0 || N == 0) return;
+  const size_t c_size = c_bf16 ? 2 : 4;
+  if (run_tiled(M, N, K, [&](int64_t i, int64_t j, int64_t m, int64_t n) {
+        gemm_bf16_bias(ta, tb, m, n, K, ta ? A + i : A + i * lda, lda, tb ? B + j * ldb : B + j, ldb,
+                       bias ? bias + j : nullptr, static_cast<char*>(C) + (i * ldc + j) * c_size, c_bf16, ldc);
+      }))
+    return;
   Key k{true, ta, tb, M, N, K, lda, ldb, ldc, 1.0f, 0.0f, current_threads()};
   k.bias = bias != nullptr, k.c_bf16 = c_bf16;
   if (!widen_bf16.load(std::memory_order_relaxed) && K > 0 && run(k, A, B, C, bias)) return;

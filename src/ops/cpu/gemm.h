@@ -43,6 +43,19 @@ void gemm_bf16_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
 void set_bf16_widened(bool widened);
 bool bf16_widened();
 
+// How the products split over the threads, process-wide: inside oneDNN, a
+// static split (the default), or tiled: C cut into fixed tiles that the
+// threads take one at a time, each tile a single-threaded product. Beside a
+// busy process a static split waits at its end for the thread whose CPU is
+// shared; with tiles that thread takes fewer. The CPU backend tiles whenever
+// it runs more threads than CPUs, by the thread adapter's choice
+// (thread_adapter.h) or a pinned count.
+// A tiled product's bits depend on the tiles, never on the thread count
+// (they differ from the untiled product's in the last place). Set it between
+// products, not during one.
+void set_gemm_tiled(bool tiled);
+bool gemm_tiled();
+
 // Plain triple-loop references with double accumulation, for tests. Slow.
 void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                         int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);

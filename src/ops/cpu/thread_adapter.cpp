@@ -13,6 +13,8 @@
 #include <cstring>
 #include <utility>
 
+#include "ops/cpu/gemm.h"
+
 namespace ctrl::cpu {
 
 namespace {
@@ -141,8 +143,7 @@ std::string ThreadAdapter::between_steps() {
   last_probe_ = now, last_times_ = times;
   const int before = current_;
   std::string why;
-  current_ = decide(delta, &why);
-  omp_set_num_threads(current_);
+  set_count(decide(delta, &why));
   changed_ = current_ != before;
   if (!changed_) return "";
   return std::to_string(current_) + " threads instead of " + std::to_string(before) + ": " + why;
@@ -189,8 +190,7 @@ std::string ThreadAdapter::settle_tokens(const std::vector<double>& seconds) {
   const size_t at = index_of(current_);
   const size_t fastest = size_t(std::min_element(seconds.begin(), seconds.end()) - seconds.begin());
   const int before = current_;
-  if (fastest != at && seconds[at] >= kTokenMargin * seconds[fastest]) current_ = candidates_[fastest];
-  omp_set_num_threads(current_);
+  set_count(fastest != at && seconds[at] >= kTokenMargin * seconds[fastest] ? candidates_[fastest] : current_);
   if (current_ == before) return "";
   char line[200];
   std::snprintf(line, sizeof line, "%d threads instead of %d: their tokens ran %.1fx faster just now", current_, before,
@@ -208,8 +208,7 @@ std::string ThreadAdapter::between_tokens() {
 std::string ThreadAdapter::after_token(double seconds) {
   if (candidates_.size() < 2) return "";
   if (trial_ < 0 && index_of(current_) == candidates_.size()) {
-    current_ = max_threads_;  // a count training chose beyond the CPUs: decoding starts from the CPUs
-    omp_set_num_threads(current_);
+    set_count(max_threads_);  // a count training chose beyond the CPUs: decoding starts from the CPUs
   }
   ++tokens_;
   if (trial_ < 0) {
@@ -246,6 +245,12 @@ std::string ThreadAdapter::after_token(double seconds) {
   trial_ = -1, since_probe_ = 0, probed_ = true;
   recent_.clear();
   return settle_tokens(median);
+}
+
+void ThreadAdapter::set_count(int threads) {
+  current_ = threads;
+  omp_set_num_threads(threads);
+  set_gemm_tiled(threads > max_threads_);
 }
 
 size_t ThreadAdapter::index_of(int threads) const {

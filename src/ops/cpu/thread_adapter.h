@@ -11,12 +11,14 @@
 // statically split step at each count (predicted_speed) picks the count,
 // from the usable CPUs up to kMaxThreadsPerCpu per CPU: beside a busy
 // process, more threads than CPUs win turns on every CPU, which one thread
-// per CPU cannot use when one of them shares its CPU. The adapter moves only
+// per CPU cannot use when one of them shares its CPU. Above the CPUs the
+// matrix products run tiled (gemm.h), so that the threads whose turns come
+// less often take fewer tiles. The adapter moves only
 // when the model predicts `margin` times the current count's speed. On a
 // quiet machine nothing competes, the count stays
 // at the usable CPUs and a run stays bit-reproducible; under contention it
 // changes, and with it the rounding of the products (results depend on the
-// thread count), so pin the count (--threads, OMP_NUM_THREADS) for bit-exact
+// thread count and the tiling), so pin the count (--threads, OMP_NUM_THREADS) for bit-exact
 // runs on a busy machine. Where the kernel keeps no such accounting the
 // count never changes.
 //
@@ -108,9 +110,16 @@ constexpr double kWonCpus = 0.1;
 constexpr double kFreedCpus = 0.5;
 // Measured on a 2-core EPYC beside one busy process: 3 to 8 threads ran at
 // 0.67-0.75 of their equal share's speed (time slicing, caches shared in
-// turn, and the scheduler leaving the busy loop more than an equal share).
+// turn, and the scheduler leaving the busy loop more than an equal share);
+// tiled, 16 threads ran tiny at 0.79 of it.
 constexpr double kOversubscribedEfficiency = 0.7;
-constexpr int kMaxThreadsPerCpu = 4;
+// Tiled, beside one busy process in the same session on a 2-core Zen 4
+// (`tiny`, batch 8, pinned counts, two rounds): 8 threads kept 0.57-0.59 of
+// quiet, 12 0.61-0.72, 16 0.73-0.77 (the loop kept 0.34 of a CPU, against
+// 0.60 beside 8), 24 0.73-0.75 and 32 0.64-0.69, with 100-130 MiB more for
+// the threads (bench/results/shared-machine-tiled-zen4-2026-12-04.md).
+// The gain ends at 8 per CPU.
+constexpr int kMaxThreadsPerCpu = 8;
 
 class ThreadAdapter {
  public:
@@ -149,6 +158,8 @@ class ThreadAdapter {
   std::chrono::steady_clock::time_point last_probe_;
   // The position of a count in candidates_.
   size_t index_of(int threads) const;
+  // Sets the count for OpenMP, and the products tiled above the CPUs (gemm.h).
+  void set_count(int threads);
   // Token mode: the last tokens' seconds at the current count; during a
   // probe, the other counts, the one being timed (-1 between probes) and its
   // tokens so far (the first after a change is dropped: warm-up), and each
