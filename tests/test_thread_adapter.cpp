@@ -46,6 +46,10 @@ TEST(ThreadAdapter, CompetingThreadsFromWhatOursDidNotGet) {
   EXPECT_EQ(competing_threads(0.270, 1.29, 8, 2), 1);  // one beside 8 threads
   EXPECT_EQ(competing_threads(0.363, 1.94, 8, 2), 0);  // our own 8 threads on 2 CPUs, nothing else
   EXPECT_EQ(competing_threads(0.5, 12.0, 16, 16), 4);
+  // Oversubscribed with the others' CPU time known: it decides, not what ours left.
+  EXPECT_EQ(competing_threads(0.2, 1.75, 16, 2, 0.21), 1);  // the loop squeezed beside 16 tiled threads
+  EXPECT_EQ(competing_threads(0.2, 1.96, 16, 2, 0.00), 0);  // quiet
+  EXPECT_EQ(competing_threads(0.2, 1.75, 16, 2), 0);        // unknown: 0.25 left looks quiet
 }
 
 TEST(ThreadAdapter, ModelPicksTheCountForTheCompetitors) {
@@ -105,6 +109,35 @@ TEST(ThreadAdapter, MovesByTheCompetitorsAndComesBack) {
   EXPECT_EQ(a.current(), 2);
 }
 
+// Oversubscribed, with /proc/stat's accounting, the others' own CPU time says
+// whether they are still there: beside one busy loop, 16 tiled threads on 2
+// CPUs ran 1.75 of them on `base` and the loop 0.21, so the capacity ours
+// left (0.25) looked like a quiet machine's (0.04-0.16) while the loop's
+// time did not (quiet: 0.00).
+TEST(ThreadAdapter, OversubscribedStaysWhileTheOthersStillRun) {
+  KeepThreads keep;
+  RunQueueTimes total;
+  double ran = 1.04, waited = 0.77, busy = 1.96;  // 2 threads beside one busy process
+  ThreadAdapter a(2, 0.0, 1.1, [&] {
+    total.running += ran, total.waiting += waited, total.wall += 1.0, total.busy += busy, total.idle += 2.0 - busy;
+    total.idle_cpus = 2;
+    return total;
+  });
+  omp_set_num_threads(2);
+  EXPECT_EQ(a.between_steps(), "");
+  EXPECT_NE(a.between_steps().find("16 threads instead of 2"), std::string::npos);
+  ran = 1.75, waited = 7.0;  // 16 threads beside it: the loop ran 0.21
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a.between_steps(), "");
+  EXPECT_EQ(a.current(), 16);
+  EXPECT_TRUE(gemm_tiled());
+  ran = 1.96;  // the loop stopped: nothing but ours ran
+  const std::string note = a.between_steps();
+  EXPECT_NE(note.find("2 threads instead of 16: the CPUs are free again (other processes ran 0.00 of the 2)"),
+            std::string::npos)
+      << note;
+  EXPECT_FALSE(gemm_tiled());
+}
+
 // Where the kernel shares the CPUs between sessions (autogroup) and the busy
 // process is another session's, more threads win no CPU time from it: ours
 // ran 0.99 CPUs at 8 threads on 2 CPUs (1.21 with the loop in our own
@@ -120,6 +153,7 @@ TEST(ThreadAdapter, KeepsToTheFreeCpusWhenOversubscribingWinsNoCpuTime) {
       double ran = 1.97, waited = 0.01, idle = 0.0;
       ThreadAdapter a(2, 0.0, 1.1, [&] {
         total.running += ran, total.waiting += waited, total.wall += 1.0, total.idle += idle;
+        total.busy += 2.0 - idle;  // every CPU not idle ran ours or the loop
         total.idle_cpus = idle_known ? 2 : 0;
         return total;
       });
@@ -149,16 +183,26 @@ TEST(ThreadAdapter, KeepsToTheFreeCpusWhenOversubscribingWinsNoCpuTime) {
 }
 
 // The idle time of this process's CPUs grows with the wall clock when nothing runs.
-TEST(ThreadAdapter, ThreadTimesReadTheIdleTimeOfOurCpus) {
+TEST(ThreadAdapter, ThreadTimesReadTheIdleAndBusyTimeOfOurCpus) {
   ThreadTimes times;
   const RunQueueTimes before = times.read();
   if (before.idle_cpus == 0) GTEST_SKIP() << "no /proc/stat line for every CPU in the affinity mask";
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const RunQueueTimes after = times.read();
-  EXPECT_EQ(after.idle_cpus, before.idle_cpus);
-  EXPECT_GE(after.idle, before.idle);
+  const RunQueueTimes slept = times.read();
+  EXPECT_EQ(slept.idle_cpus, before.idle_cpus);
+  EXPECT_GE(slept.idle, before.idle);
   // Sleeping, this process used none of its CPUs; others may have (ctest runs jobs side by side).
-  EXPECT_LE(after.idle - before.idle, double(before.idle_cpus) * (after.wall - before.wall) + 0.05);
+  const double capacity = double(before.idle_cpus) * (slept.wall - before.wall) + 0.05;
+  EXPECT_LE(slept.idle - before.idle, capacity);
+  EXPECT_LE(slept.idle - before.idle + slept.busy - before.busy, capacity);
+  // Spinning 0.3 s, this thread kept one of them busy (/proc/stat counts in ticks of 10 ms).
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(300)) {
+  }
+  const RunQueueTimes spun = times.read();
+  EXPECT_GE(spun.busy - slept.busy, 0.2);
+  EXPECT_LE(spun.busy - slept.busy + spun.idle - slept.idle,
+            double(before.idle_cpus) * (spun.wall - slept.wall) + 0.05);
 }
 
 TEST(ThreadAdapter, WaitsForTheInterval) {
@@ -179,7 +223,7 @@ TEST(ThreadAdapter, ChecksANewCountAfterTwoSecondsNotTheInterval) {
   int reads = 0;
   ThreadAdapter a(2, 3600.0, 1.1, [&] {
     ++reads;
-    total.running += ran, total.waiting += waited, total.wall += 1.0, total.idle_cpus = 2;
+    total.running += ran, total.waiting += waited, total.wall += 1.0, total.busy += 2.0, total.idle_cpus = 2;
     return total;
   });
   omp_set_num_threads(2);

@@ -29,10 +29,11 @@ constexpr size_t kTrialTokens = 3;
 constexpr double kTokenMargin = 1.1;
 
 // Seconds the CPUs in this process's affinity mask have been idle since boot
-// (idle and iowait of their /proc/stat lines); *cpus, how many of them were
-// read (0 when /proc/stat or the mask cannot be read).
-double affinity_cpus_idle(int* cpus) {
-  *cpus = 0;
+// (idle and iowait of their /proc/stat lines), and *busy the seconds they ran
+// any task (user, nice, system, irq, softirq; guest time is in user); *cpus,
+// how many of them were read (0 when /proc/stat or the mask cannot be read).
+double affinity_cpus_idle(int* cpus, double* busy) {
+  *cpus = 0, *busy = 0;
   cpu_set_t mask;
   CPU_ZERO(&mask);
   if (sched_getaffinity(0, sizeof mask, &mask) != 0) return 0;
@@ -44,13 +45,15 @@ double affinity_cpus_idle(int* cpus) {
   char line[512];
   while (std::fgets(line, sizeof line, f)) {
     int cpu = -1;
-    unsigned long long user, nice, system, idle_ticks, iowait;
+    unsigned long long user, nice, system, idle_ticks, iowait, irq, softirq;
     // One CPU's line ("cpu3 ..."), not the total ("cpu  ...", whose first number %d would take) or another record.
     if (std::strncmp(line, "cpu", 3) != 0 || !std::isdigit(static_cast<unsigned char>(line[3])) ||
-        std::sscanf(line, "cpu%d %llu %llu %llu %llu %llu", &cpu, &user, &nice, &system, &idle_ticks, &iowait) != 6)
+        std::sscanf(line, "cpu%d %llu %llu %llu %llu %llu %llu %llu", &cpu, &user, &nice, &system, &idle_ticks, &iowait,
+                    &irq, &softirq) != 8)
       continue;
     if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &mask)) continue;
     idle += double(idle_ticks + iowait) / tick;
+    *busy += double(user + nice + system + irq + softirq) / tick;
     ++read;
   }
   std::fclose(f);
@@ -87,13 +90,14 @@ RunQueueTimes ThreadTimes::read() {
     total_.waiting += t.waiting - before.waiting;
   }
   last_ = std::move(now);
-  total_.idle = affinity_cpus_idle(&total_.idle_cpus);
+  total_.idle = affinity_cpus_idle(&total_.idle_cpus, &total_.busy);
   return total_;
 }
 
-int competing_threads(double share, double our_cpus, int threads, int cpus) {
+int competing_threads(double share, double our_cpus, int threads, int cpus, double others_cpus) {
   const double others = std::max(0.0, double(cpus) - our_cpus);
   if (threads <= cpus) return share < kContendedShare ? std::max(1, int(std::lround(others))) : 0;
+  if (others_cpus >= 0) return others_cpus < kStillBusyCpus ? 0 : std::max(1, int(std::lround(others_cpus)));
   return others < kStillContendedCpus ? 0 : std::max(1, int(std::lround(others)));
 }
 
@@ -137,7 +141,7 @@ std::string ThreadAdapter::between_steps() {
     if (!started_) started_ = true, last_probe_ = now, last_times_ = times;
     return "";
   }
-  RunQueueTimes delta{running, waiting, wall, times.idle - last_times_.idle, 0};
+  RunQueueTimes delta{running, waiting, wall, times.idle - last_times_.idle, times.busy - last_times_.busy, 0};
   if (times.idle_cpus == last_times_.idle_cpus) delta.idle_cpus = times.idle_cpus;
   probed_ = true;
   last_probe_ = now, last_times_ = times;
@@ -152,10 +156,11 @@ std::string ThreadAdapter::between_steps() {
 int ThreadAdapter::decide(const RunQueueTimes& delta, std::string* why) const {
   const double share = delta.running / (delta.running + delta.waiting);
   const double our_cpus = delta.wall > 0 ? delta.running / delta.wall : double(max_threads_);
-  const int competitors = competing_threads(share, our_cpus, current_, max_threads_);
+  const bool idle_known = delta.idle_cpus == max_threads_ && delta.wall > 0;
+  const double others_cpus = idle_known ? std::max(0.0, delta.busy / delta.wall - our_cpus) : -1.0;
+  const int competitors = competing_threads(share, our_cpus, current_, max_threads_, others_cpus);
   char text[240];
   const int percent = int(std::lround(100 * share));
-  const bool idle_known = delta.idle_cpus == max_threads_ && delta.wall > 0;
   if (current_ < max_threads_) {  // on the free CPUs alone: only their idle time tells that the competitors left
     const double idle = idle_known ? delta.idle / delta.wall : 0.0;
     if (idle < kFreedCpus) return current_;
@@ -180,6 +185,9 @@ int ThreadAdapter::decide(const RunQueueTimes& delta, std::string* why) const {
     std::snprintf(text, sizeof text,
                   "other processes took %.1f of the %d CPUs (ours ran %d%% of the time they were ready)",
                   double(max_threads_) - our_cpus, max_threads_, percent);
+  else if (others_cpus >= 0 && current_ > max_threads_)
+    std::snprintf(text, sizeof text, "the CPUs are free again (other processes ran %.2f of the %d)", others_cpus,
+                  max_threads_);
   else
     std::snprintf(text, sizeof text, "the CPUs are free again (ours ran %d%% of the time they were ready)", percent);
   *why = text;

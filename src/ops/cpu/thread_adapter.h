@@ -44,14 +44,15 @@ namespace ctrl::cpu {
 
 // Seconds this process's threads have spent on a CPU and runnable but
 // waiting for one, since a fixed start (sums only grow), and the wall clock
-// (steady) when they were read; `idle`, the seconds the CPUs this process may
-// run on spent idle since boot, over `idle_cpus` of them (0: unknown).
+// (steady) when they were read; `idle` and `busy`, the seconds the CPUs this
+// process may run on spent idle and running any task since boot, over
+// `idle_cpus` of them (0: unknown).
 struct RunQueueTimes {
-  double running = 0, waiting = 0, wall = 0, idle = 0;
+  double running = 0, waiting = 0, wall = 0, idle = 0, busy = 0;
   int idle_cpus = 0;
 };
 
-// Reads /proc/self/task/*/schedstat, and the idle time of the CPUs in this
+// Reads /proc/self/task/*/schedstat, and the idle and busy time of the CPUs in this
 // process's affinity mask from /proc/stat. Threads that exit stop adding, so
 // the sums stay monotonic; `available()` is false where the kernel has no
 // schedstat file.
@@ -74,11 +75,16 @@ class ThreadTimes {
 // also waited: share below kContendedShare (one busy process beside 2
 // threads on 2 CPUs: 0.57; quiet: 0.997; a `nice -n 19` loop: 0.87, which
 // takes little and should not make ctrl oversubscribe). Oversubscribed, our
-// threads keep every CPU busy, and competitors remain while they still take
-// kStillContendedCpus (beside one busy process 0.7 at 8 threads on 2 CPUs,
-// quiet 0.06-0.16).
-int competing_threads(double share, double our_cpus, int threads, int cpus);
+// threads keep the CPUs nearly busy, and competitors remain while the CPU
+// time the others ran, `others_cpus` (per wall-clock second, from
+// /proc/stat; negative: unknown), is at least kStillBusyCpus: beside one
+// busy loop at 16 tiled threads on 2 CPUs the others ran 0.21-0.27 (`base`,
+// `small`, `tiny`), quiet -0.01-0.00. Unknown, the capacity ours did not use
+// stands for them while it is at least kStillContendedCpus (beside the loop
+// 0.7 at 8 threads, but 0.25-0.47 at 16 tiled; quiet 0.04-0.16).
+int competing_threads(double share, double our_cpus, int threads, int cpus, double others_cpus = -1);
 constexpr double kContendedShare = 0.75;
+constexpr double kStillBusyCpus = 0.1;
 constexpr double kStillContendedCpus = 0.3;
 
 // The relative speed of a step split statically over `threads` threads on
