@@ -201,7 +201,7 @@ std::atomic<bool> tile_products{false};
 // process, 128 x 512 tiles ran tiny 15-19% faster than 256 x 256 and base the
 // same (bench/results/shared-machine-tiled-zen4-2026-12-04.md).
 constexpr int64_t kTileRows = 128, kTileCols = 512;
-// Smaller products (multiply-adds) stay whole: tiling buys nothing there.
+// Products of fewer multiply-adds stay whole: tiling buys nothing there.
 constexpr int64_t kMinTiledProduct = int64_t(1) << 22;
 
 // Runs `tile(i, j, m, n)` for C's tiles (row i, column j, m x n), handed out

@@ -51,7 +51,7 @@ bool bf16_widened();
 // it runs more threads than CPUs, by the thread adapter's choice
 // (thread_adapter.h) or a pinned count.
 // A tiled product's bits depend on the tiles, never on the thread count
-// (they differ from the untiled product's in the last place). Set it between
+// (they may differ from the untiled product's in the last place). Set it between
 // products, not during one.
 void set_gemm_tiled(bool tiled);
 bool gemm_tiled();
