@@ -198,7 +198,8 @@ std::atomic<bool> tile_products{false};
 // A tile of C: small enough that a product splits into a dozen or more of them
 // (tiny's 2048 x 256 forward: 16; base's: 96), large enough that oneDNN's
 // single-threaded kernels run at their full speed on it. Beside one busy
-// process, 128 x 512 tiles ran tiny 15-19% faster than 256 x 256 and base the
+// process, in a build whose tile size an environment variable set (not
+// kept), 128 x 512 tiles ran tiny 15-19% faster than 256 x 256 and base the
 // same (bench/results/shared-machine-tiled-zen4-2026-12-04.md).
 constexpr int64_t kTileRows = 128, kTileCols = 512;
 // Products of fewer multiply-adds stay whole: tiling buys nothing there.

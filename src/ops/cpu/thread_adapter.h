@@ -78,8 +78,8 @@ class ThreadTimes {
 // threads keep the CPUs nearly busy, and competitors remain while the CPU
 // time the others ran, `others_cpus` (per wall-clock second, from
 // /proc/stat; negative: unknown), is at least kStillBusyCpus: beside one
-// busy loop at 16 tiled threads on 2 CPUs the others ran 0.21-0.27 (`base`,
-// `small`, `tiny`), quiet -0.01-0.00. Unknown, the capacity ours did not use
+// busy loop at 16 tiled threads on 2 CPUs the others ran 0.16-0.27 (`base`,
+// `small`, `tiny`; bench/thread_cpu_share.sh), quiet -0.02-0.00. Unknown, the capacity ours did not use
 // stands for them while it is at least kStillContendedCpus (beside the loop
 // 0.7 at 8 threads, but 0.25-0.47 at 16 tiled; quiet 0.04-0.16).
 int competing_threads(double share, double our_cpus, int threads, int cpus, double others_cpus = -1);
