@@ -465,6 +465,10 @@ TEST(BadInputMemory, ARunThatCannotFitIsRefusedWithTheLargestMicroBatch) {
   EXPECT_LT(native, widened);
   EXPECT_NO_THROW(plan::check_memory(c, 8, 1, bf16_at8 + native, 2));
   EXPECT_ERROR(plan::check_memory(c, 8, 1, bf16_at8 + native - 1, 2), "at micro-batch 8");
+  // At 16 threads each thread past two adds its runtime (native products keep no per-thread copies).
+  const uint64_t at16 = bf16_at8 + native + plan::cpu_thread_bytes(16);
+  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, at16, 16));
+  EXPECT_ERROR(plan::check_memory(c, 8, 1, at16 - 1, 16), "at micro-batch 8");
   // A GPU run needs the CUDA backend's own scratch instead (plan::gpu_scratch_bytes).
   c.train.cpu_bf16 = "widened", c.train.device = "cuda";
   const uint64_t gpu_scratch = plan::gpu_scratch_bytes(c, 8);

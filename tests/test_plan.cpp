@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/sysinfo.h"
 #include "model/layout.h"
 #include "model/model.h"
 #include "ops/cpu/gemm.h"
@@ -206,34 +207,51 @@ TEST(Plan, GpuPlanCountsTheCudaBackendsScratchAsAnH200Measured) {
 TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
   if (test_support::test_backend_is_gpu())
     GTEST_SKIP() << "a CPU run's peak host memory: a GPU run keeps its buffers on the GPU";
-  // `small` at micro-batch 8: about 0.6-0.7 GiB of buffers, one timed step, in fp32 and bf16.
-  for (const char* precision : {"fp32", "bf16"}) {
+  // `small` at micro-batch 8: about 0.6-0.8 GiB, one timed step, in fp32 and
+  // bf16 at the CPUs' count, and widened bf16 at 16 threads, which tiles the
+  // products on a machine with fewer CPUs and adds each thread's runtime and
+  // its copies of a tile's operands.
+  struct Case {
+    const char* precision;
+    const char* extra;
+  };
+  for (const Case& k :
+       {Case{"fp32", ""}, Case{"bf16", ""}, Case{"bf16", " --threads 16 --set train.cpu_bf16=widened"}}) {
+    const std::string precision = k.precision, what = precision + k.extra;
     std::string out;
-    ASSERT_EQ(run(test_support::ctrl_binary() + " bench --config small --steps 1 --warmup 0 --json --set train.precision=" +
-                      precision,
+    ASSERT_EQ(run(test_support::ctrl_binary() +
+                      " bench --config small --steps 1 --warmup 0 --json --set train.precision=" + precision + k.extra,
                   &out),
               0)
         << out;
     const auto j = nlohmann::json::parse(out);
     const double rss = j.at("peak_rss_bytes").get<double>();
-    Config c = config_of("small", {std::string("train.precision=") + precision});
+    Config c = config_of("small", {"train.precision=" + precision});
     ASSERT_EQ(j.at("micro_batch").get<int64_t>(), c.train.micro_batch);
     // bf16: the path the run took (auto chose it), whose fp32 copies the plan counts when widened.
     if (j.contains("bf16_products")) c.train.cpu_bf16 = j.at("bf16_products") == "widened" ? "widened" : "native";
     const int threads = j.at("threads").get<int>();
+    if (*k.extra) {
+      ASSERT_EQ(threads, 16) << out;
+    }
     const double predicted =
         double(plan::memory_for(c, c.train.micro_batch, 1, plan::kCpuRuntimeOverheadBytes).total() +
-               plan::cpu_widened_bytes(c, c.train.micro_batch, threads));
-    EXPECT_NEAR(rss / predicted, 1.0, 0.05) << precision << ": peak RSS " << rss << " predicted " << predicted;
-    std::printf("%s (%s): peak RSS / predicted %.3f\n", precision, c.train.cpu_bf16.c_str(), rss / predicted);
-    // And the planner's CPU plan reports that same total.
+               plan::cpu_widened_bytes(c, c.train.micro_batch, threads) + plan::cpu_thread_bytes(threads));
+    EXPECT_NEAR(rss / predicted, 1.0, 0.05) << what << ": peak RSS " << rss << " predicted " << predicted;
+    // The bench prints the same figure beside its peak, and check_memory holds a run to it.
+    EXPECT_EQ(double(plan::cpu_run_bytes(c, c.train.micro_batch, 1, threads)), predicted) << what;
+    EXPECT_EQ(j.at("planned_peak_rss_bytes").get<double>(), predicted) << what;
+    EXPECT_EQ(j.at("planned_at_threads").get<int>(), threads) << what;
+    std::printf("%s (%s, %d threads): peak RSS / predicted %.3f\n", precision.c_str(), c.train.cpu_bf16.c_str(),
+                threads, rss / predicted);
+    // And the planner's CPU plan for that many threads reports that same total.
     plan::Request r = cpu_request(c, 24);
     r.micro_batch = c.train.micro_batch;
-    r.cpu_threads = threads;
-    EXPECT_EQ(double(plan::make_plan(r).memory.total()), predicted) << precision;
+    r.cpu_threads = 2, r.memory_threads = threads;
+    EXPECT_EQ(double(plan::make_plan(r).memory.total()), predicted) << what;
     // bf16 also times steps in both precisions and advises fp32 exactly when
     // the shared rule says so.
-    if (std::string(precision) == "bf16") {
+    if (precision == "bf16") {
       EXPECT_GE(j.at("bf16_probe_layers").get<int64_t>(), 1) << out;
       const double bf16_step = j.at("bf16_probe_step_s").get<double>(),
                    fp32_step = j.at("fp32_probe_step_s").get<double>();
@@ -243,6 +261,33 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
       EXPECT_FALSE(j.contains("fp32_probe_step_s"));
     }
   }
+}
+
+// The memory a CPU run is planned and checked at is that of the most threads
+// it may use: a pinned count, or the thread adapter's ceiling of
+// kMaxThreadsPerCpu per CPU, which it reaches beside busy processes.
+TEST(Plan, CpuMemoryIsCountedAtTheMostThreadsTheRunMayUse) {
+  Config c = config_of("small", {"train.precision=bf16", "train.cpu_bf16=widened"});
+  plan::Request r = cpu_request(c, 24);
+  r.micro_batch = 8, r.cpu_threads = 2;
+  const plan::Plan adapter = plan::make_plan(r);
+  EXPECT_EQ(adapter.memory_threads, kMaxThreadsPerCpu * 2);
+  EXPECT_EQ(adapter.memory.threads, plan::cpu_thread_bytes(kMaxThreadsPerCpu * 2));
+  EXPECT_EQ(plan::cpu_thread_bytes(kMaxThreadsPerCpu * 2), (kMaxThreadsPerCpu * 2 - 2) * plan::kCpuBytesPerThread);
+  EXPECT_EQ(plan::cpu_thread_bytes(1), 0u);
+  EXPECT_EQ(plan::cpu_thread_bytes(2), 0u);
+  r.config.train.threads = 2;  // pinned: no adapter, no threads past the overhead's
+  const plan::Plan pinned = plan::make_plan(r);
+  EXPECT_EQ(pinned.memory_threads, 2);
+  EXPECT_EQ(pinned.memory.threads, 0u);
+  // Widened bf16 keeps one tile's operands per thread, so its copies grow with
+  // the count too, and the total by both.
+  EXPECT_GT(adapter.memory.widened, pinned.memory.widened);
+  EXPECT_EQ(adapter.memory.total() - pinned.memory.total(),
+            adapter.memory.threads + adapter.memory.widened - pinned.memory.widened);
+  // The readable plan names the extra threads.
+  EXPECT_NE(plan::plan_text(adapter).find("runtime of threads 3-16"), std::string::npos) << plan::plan_text(adapter);
+  EXPECT_EQ(plan::plan_text(pinned).find("runtime of threads"), std::string::npos);
 }
 
 // `ctrl bench --profile` counts the benchmark's own steps: the bf16 probe

@@ -70,7 +70,7 @@ TEST(ThreadAdapter, ModelPicksTheCountForTheCompetitors) {
     for (int others = 0; others <= 2 * cpus; ++others) {
       const int best = best_thread_count(cpus, others);
       EXPECT_GE(best, cpus);
-      EXPECT_LE(best, kMaxThreadsPerCpu * cpus);
+      EXPECT_LE(best, ctrl::kMaxThreadsPerCpu * cpus);
     }
 }
 

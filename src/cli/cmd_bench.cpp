@@ -52,10 +52,14 @@ int run(const std::vector<std::string>& argv) {
   // bf16 on a CPU: the products' path as `ctrl train` would choose it.
   const Ops::Bf16Choice bf16_choice =
       cpu_bf16 ? ops->choose_bf16_products(config.train.cpu_bf16, 0.2) : Ops::Bf16Choice{};
+  // auto's measurement (2048² operands, and each thread's tile copies when
+  // tiled) is over before the model exists: the peak is training's, as in ctrl train.
+  if (cpu_bf16) reset_peak_rss();
   SyntheticSteps synthetic(config, *ops);
   const Model& model = synthetic.model();
   double seconds = 0, loss = 0;
   int64_t thread_changes = 0;
+  int most_threads = ops->threads();  // the CPU run's per-thread memory grows with it
   for (int64_t s = 0; s < warmup + steps; ++s) {
     const auto start = std::chrono::steady_clock::now();
     loss = synthetic.step();
@@ -63,6 +67,7 @@ int run(const std::vector<std::string>& argv) {
     if (!adapted.empty()) {
       ++thread_changes;
       std::fprintf(stderr, "note: after step %lld: %s\n", static_cast<long long>(s + 1), adapted.c_str());
+      most_threads = std::max(most_threads, ops->threads());
     }
     if (s >= warmup) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
@@ -92,6 +97,16 @@ int run(const std::vector<std::string>& argv) {
   j["share_of_gemm_peak"] = flops / peak;
   j["peak_rss_bytes"] = peak_rss;
   if (peak_device > 0) j["peak_device_bytes"] = peak_device;
+  // A CPU run: what the planner counts for it, at the path its bf16 products
+  // took and the most threads it ran.
+  uint64_t planned_rss = 0;
+  if (ops->gpu() < 0) {
+    Config taken = config;
+    if (cpu_bf16) taken.train.cpu_bf16 = ops->bf16_path();
+    planned_rss = plan::cpu_run_bytes(taken, B, 1, most_threads);
+    j["planned_peak_rss_bytes"] = planned_rss;
+    j["planned_at_threads"] = most_threads;
+  }
   j["final_loss"] = loss;
   j["cpu"] = cpu_model();
   j["device"] = ops->name();
@@ -137,7 +152,10 @@ int run(const std::vector<std::string>& argv) {
                 train_flops_per_token(m) / 1e6, train_hardware_flops_per_token(m) / 1e6, hardware_flops / 1e9);
     std::printf("  activations %.1f MiB, parameters %.1f MiB\n", double(model.activation_layout().bytes()) / (1 << 20),
                 double(model.layout().total * sizeof(float)) / (1 << 20));
-    std::printf("  peak memory %.0f MiB\n", double(peak_rss) / (1 << 20));
+    std::printf("  peak memory %.0f MiB", double(peak_rss) / (1 << 20));
+    if (planned_rss > 0)
+      std::printf(" (the plan counts %.0f MiB at %d threads)", double(planned_rss) / (1 << 20), most_threads);
+    std::printf("\n");
     if (peak_device > 0) std::printf("  peak device memory %.0f MiB\n", double(peak_device) / (1 << 20));
     if (cpu_bf16) std::printf("  bf16 products: %s\n", bf16_choice.describe().c_str());
     if (cpu_bf16 && advice.empty())  // the advice names both figures itself

@@ -84,6 +84,7 @@ int run(const std::vector<std::string>& argv) {
     cpu = make_ops("cpu");
     r.cpu_name = cpu_model();
     r.cpu_threads = cpu->threads();
+    if (!r.machine) r.memory_threads = most_cpu_threads(r.config.train.threads);  // a run on this machine
     const bool calibrated = r.machine && r.machine->precision == r.config.train.precision;
     // auto's measurement of the chosen path is the plan's bf16 peak; a pinned path is measured.
     if (r.config.train.precision == "bf16") {

@@ -139,4 +139,10 @@ int default_cpu_threads() {
   return usable_cpus();
 }
 
+int most_cpu_threads(int64_t pinned) {
+  if (pinned > 0) return int(pinned);
+  if (std::getenv("OMP_NUM_THREADS")) return default_cpu_threads();
+  return kMaxThreadsPerCpu * usable_cpus();
+}
+
 }  // namespace ctrl

@@ -19,6 +19,15 @@ int usable_cpus();
 // The thread count the CPU backend starts with when none is configured:
 // OMP_NUM_THREADS (its first number) when set, else usable_cpus().
 int default_cpu_threads();
+// How far the CPU backend's thread adapter may raise the count beside busy
+// processes: this many threads per usable CPU (ops/cpu/thread_adapter.h says
+// what was measured).
+inline constexpr int kMaxThreadsPerCpu = 8;
+// The most threads a CPU run may use, which its per-thread memory grows
+// with: `pinned` when above 0 (train.threads, --threads), else
+// OMP_NUM_THREADS when set (no adapter then), else the adapter's ceiling,
+// kMaxThreadsPerCpu x usable_cpus().
+int most_cpu_threads(int64_t pinned);
 // The GOMP_SPINCOUNT that ctrl runs with when the user sets no OpenMP wait
 // policy (cli/main.cpp; measured in bench/shared_machine.sh).
 inline constexpr const char* kDefaultSpinCount = "10000";

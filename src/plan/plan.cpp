@@ -11,7 +11,9 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/progress.h"
+#include "core/sysinfo.h"
 #include "model/layout.h"
+#include "ops/cpu/gemm.h"
 
 namespace ctrl::plan {
 
@@ -334,12 +336,26 @@ uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int thread
   uint64_t per_thread = 0;
   if (fp16) {  // the head's h and embedding, whole
     inputs = std::max(inputs, N * E), weights = std::max(weights, V * E);
-  } else {  // the head's row chunk against a vocabulary block (ops/cpu/lm_head.cpp), or a head's T×T
+  } else {
+    // The head's row chunk against a vocabulary block (ops/cpu/lm_head.cpp),
+    // a head's T×T, or a tiled product's operands, whose inner dimension is
+    // at most max(F, 3D, E) (forward, input gradient) or N (weight gradient).
     const uint64_t rows = std::min<uint64_t>(N, uint64_t(kHeadChunkRows)),
                    block = std::min<uint64_t>(V, uint64_t(cpu_head_vocab_block()));
-    per_thread = std::max(rows * std::max(E, block), T * T) + std::max(block * E, T * T);
+    const uint64_t tile = uint64_t(cpu::kTileRows + cpu::kTileCols) * std::max({F, 3 * D, E, N});
+    per_thread = std::max(std::max(rows * std::max(E, block), T * T) + std::max(block * E, T * T), tile);
   }
   return 4 * (inputs + weights + outputs + uint64_t(std::max(threads, 1)) * per_thread);
+}
+
+uint64_t cpu_thread_bytes(int threads) {
+  return kCpuBytesPerThread * uint64_t(std::max(0, threads - kCpuOverheadThreads));
+}
+
+uint64_t cpu_run_bytes(const Config& config, int64_t micro_batch, int zero_ranks, int threads,
+                       const ModelConfig* teacher) {
+  return memory_estimate(config, micro_batch, zero_ranks, kCpuRuntimeOverheadBytes, teacher).total() +
+         cpu_widened_bytes(config, micro_batch, threads) + cpu_thread_bytes(threads);
 }
 
 uint64_t gpu_scratch_bytes(const Config& config, int64_t micro_batch, const ModelConfig* teacher) {
@@ -351,8 +367,9 @@ void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uin
   if (available == 0) return;  // unknown: nothing to check against
   const bool cpu = config.train.device.rfind("cuda", 0) != 0;
   auto need = [&](int64_t b) {
-    return memory_estimate(config, b, zero_ranks, kCpuRuntimeOverheadBytes, teacher).total() +
-           (cpu ? cpu_widened_bytes(config, b, threads) : gpu_scratch_bytes(config, b, teacher));
+    return cpu ? cpu_run_bytes(config, b, zero_ranks, threads, teacher)
+               : memory_estimate(config, b, zero_ranks, kCpuRuntimeOverheadBytes, teacher).total() +
+                     gpu_scratch_bytes(config, b, teacher);
   };
   const uint64_t bytes = need(micro_batch);
   if (bytes <= available) return;
@@ -507,9 +524,13 @@ Plan make_plan(const Request& r) {
   // micro-batch to plan with.
   const int zero_ranks = r.zero == 1 ? p.ranks : 1;
   const ModelConfig* teacher = r.teacher ? &*r.teacher : nullptr;
+  if (!gpu)
+    p.memory_threads = r.memory_threads > 0  ? r.memory_threads
+                       : c.train.threads > 0 ? int(c.train.threads)
+                                             : kMaxThreadsPerCpu * std::max(1, cpu_threads);
   auto memory_at = [&](int64_t b, int zero) {
     Memory m = memory_estimate(c, b, zero, overhead, teacher);
-    if (!gpu) m.widened = cpu_widened_bytes(c, b, cpu_threads);
+    if (!gpu) m.widened = cpu_widened_bytes(c, b, p.memory_threads), m.threads = cpu_thread_bytes(p.memory_threads);
     if (gpu) m.gpu_scratch = gpu_scratch_bytes(c, b, teacher);
     return m;
   };
@@ -630,12 +651,20 @@ std::string plan_json(const Plan& p) {
   j["zero"] = p.request.zero;
   j["parameters"] = p.parameters;
   const Memory& m = p.memory;
-  j["memory_bytes"] = {{"weights_fp32", m.weights},    {"weights_lowp", m.weights_lowp},
-                       {"gradients", m.grads},         {"optimizer_state", m.optimizer},
-                       {"activations", m.activations}, {"zero_gradient_shard", m.grad_shard},
-                       {"workspace", m.workspace},     {"teacher", m.teacher},
-                       {"cpu_widened", m.widened},     {"gpu_scratch", m.gpu_scratch},     {"runtime_overhead", m.overhead},
-                       {"total", m.total()},           {"device", p.device_memory}};
+  j["memory_bytes"] = {{"weights_fp32", m.weights},
+                       {"weights_lowp", m.weights_lowp},
+                       {"gradients", m.grads},
+                       {"optimizer_state", m.optimizer},
+                       {"activations", m.activations},
+                       {"zero_gradient_shard", m.grad_shard},
+                       {"workspace", m.workspace},
+                       {"teacher", m.teacher},
+                       {"cpu_widened", m.widened},
+                       {"gpu_scratch", m.gpu_scratch},
+                       {"runtime_overhead", m.overhead},
+                       {"cpu_threads_past_overhead", m.threads},
+                       {"total", m.total()},
+                       {"device", p.device_memory}};
   j["fits"] = p.fits;
   j["zero_checkpoint_peak_bytes"] = p.zero_checkpoint_peak;
   j["micro_batch"] = p.micro_batch;
@@ -696,6 +725,9 @@ std::string plan_text(const Plan& p) {
     row(native_bf16_products(c.train) ? "bf16 copies for products" : "fp32 copies for products", gib(m.widened));
   if (m.gpu_scratch) row("backend scratch (GPU)", gib(m.gpu_scratch));
   row("runtime overhead", gib(m.overhead));
+  if (m.threads)
+    row("runtime of threads " + std::to_string(kCpuOverheadThreads + 1) + "-" + std::to_string(p.memory_threads),
+        gib(m.threads));
   row("total", gib(m.total()) + " of " + gib(p.device_memory));
   row("largest micro-batch", std::to_string(p.largest_micro_batch));
   if (p.micro_batch > 0)

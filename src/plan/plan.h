@@ -38,11 +38,12 @@ struct Memory {
                               // bf16 copy of an fp32 output gradient (cpu_widened_bytes)
   uint64_t gpu_scratch = 0;   // GPU only: the CUDA backend's own scratch (gpu_scratch_bytes)
   uint64_t overhead = 0;      // runtime, not the engine's buffers
+  uint64_t threads = 0;       // CPU only: the runtime of threads past the overhead's (cpu_thread_bytes)
   uint64_t buffers() const {
     return weights + weights_lowp + grads + optimizer + grad_shard + activations + workspace + batch + teacher +
            widened + gpu_scratch;
   }
-  uint64_t total() const { return buffers() + overhead; }
+  uint64_t total() const { return buffers() + overhead + threads; }
 };
 
 // Optimizer state in fp32 copies of the parameter buffer: AdamW 2 (m, v), Adagrad 1.
@@ -72,10 +73,21 @@ uint64_t engine_buffer_bytes(const Config& config, int64_t micro_batch);
 // Runtime memory of a CPU process around the engine's buffers (shared
 // libraries, heap, OpenMP and oneDNN threads and JIT code, the ops'
 // per-thread scratch, oneDNN's scratchpads), measured with `ctrl bench` at
-// 20-38 MiB over tiny and small, fp32 and bf16, micro-batches 1-32; see the
-// README, "Planning a run". Model::init_weights' host staging comes before the
-// step's scratch and is bounded by it (kInitStagingFloats, model/layout.h).
+// 20-38 MiB over tiny and small, fp32 and bf16, micro-batches 1-32, at
+// kCpuOverheadThreads threads; see the README, "Planning a run".
+// Model::init_weights' host staging comes before the step's scratch and is
+// bounded by it (kInitStagingFloats, model/layout.h).
 constexpr uint64_t kCpuRuntimeOverheadBytes = 40ull << 20;
+constexpr int kCpuOverheadThreads = 2;
+// Each thread past those: its stack, oneDNN's packing buffers and state, the
+// allocator's arena. With 16 tiled threads on 2 CPUs (Zen 4, `ctrl bench
+// --threads 16` against 2) each further thread took 1.9-2.9 MiB on tiny,
+// 3.1-4.6 on small, 4.1-5.6 on base and 5.1 on medium, fp32 and native bf16
+// (bench/thread_memory.sh; results in
+// bench/results/thread-memory-zen4-2026-12-05.md).
+constexpr uint64_t kCpuBytesPerThread = 5ull << 20;
+// kCpuBytesPerThread for each of `threads` past kCpuOverheadThreads.
+uint64_t cpu_thread_bytes(int threads);
 // CUDA context, cuBLAS/cuDNN handles and kernels, allocator slack per GPU.
 constexpr uint64_t kGpuRuntimeOverheadBytes = 1ull << 30;
 
@@ -141,7 +153,9 @@ Memory memory_estimate(const Config& config, int64_t micro_batch, int zero_ranks
 // layers share three whole-tensor slots (x or a 16-bit dx, W, a 16-bit
 // output or dy: ops/cpu/linear.cpp); fp16's head widens h and the embedding
 // into the first two; widened bf16 products keep two blocks per thread (the
-// head's vocabulary blocks, attention's per-head operands: ops/cpu/gemm.cpp).
+// head's vocabulary blocks, attention's per-head operands, a tile's operands
+// when the products are tiled: ops/cpu/gemm.cpp), counted at `threads`, the
+// most the run may use (most_cpu_threads).
 // bf16 products (native, or emulated by oneDNN) instead keep one bf16 copy of
 // an fp32 output gradient, N x max(D, E): 2 bytes each.
 // Not in the activation layout: the backend allocates them on first use.
@@ -153,9 +167,17 @@ uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int thread
 // measured peaks in tests/test_plan.cpp.
 uint64_t gpu_scratch_bytes(const Config& config, int64_t micro_batch, const ModelConfig* teacher = nullptr);
 
+// A CPU run's memory as the planner counts it: memory_estimate's total with
+// kCpuRuntimeOverheadBytes, plus cpu_widened_bytes and cpu_thread_bytes at
+// `threads`. What check_memory holds a run to, and what `ctrl bench` prints
+// beside the peak it measured.
+uint64_t cpu_run_bytes(const Config& config, int64_t micro_batch, int zero_ranks, int threads,
+                       const ModelConfig* teacher = nullptr);
+
 // Refuses, before anything is allocated, a run that cannot fit: when the
-// engine's buffers at `micro_batch` (on a CPU with cpu_widened_bytes at
-// `threads`) plus kCpuRuntimeOverheadBytes exceed `available` bytes, a
+// engine's buffers at `micro_batch` (on a CPU with cpu_widened_bytes and
+// cpu_thread_bytes at `threads`, the most the run may use) plus
+// kCpuRuntimeOverheadBytes exceed `available` bytes, a
 // one-line ctrl::Error with the figure, the room and the largest micro-batch
 // that fits (or that not even one sequence does).
 void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available, int threads,
@@ -178,6 +200,9 @@ struct Request {
   double cpu_peak_gflops = 0;
   std::string cpu_name;
   int cpu_threads = 0;
+  // CPU: the most threads the run may use, which its memory is counted at;
+  // 0: train.threads when pinned, else the adapter's kMaxThreadsPerCpu x cpu_threads.
+  int memory_threads = 0;
   std::optional<MachineProfile> machine;
   std::optional<ModelConfig> teacher;  // distillation: the teacher's model (ctrl plan --teacher CKPT)
 };
@@ -190,6 +215,7 @@ struct Plan {
   uint64_t device_memory = 0;  // per rank
   int64_t micro_batch = 0;     // the one planned with (0 when nothing fits)
   Memory memory;               // per rank at micro_batch (at 1 when nothing fits)
+  int memory_threads = 0;      // CPU: the thread count the memory is counted at
   bool fits = false;
   // ZeRO-1: the peak while saving a checkpoint, when every rank all-gathers the
   // whole optimizer state (train/trainer.cpp save()); 0 without ZeRO.

@@ -171,12 +171,18 @@ Ops::Bf16Choice CpuOps::choose_bf16_products(const std::string& setting, double 
     // A competitor during one path's only window would pick the other path
     // for the whole run (on a Zen 4 under load, native once measured 198
     // GFLOP/s against its usual 370-390, level with widened's 200).
+    // Both paths are measured untiled: tiled, the widened one would leave
+    // every thread's allocator holding its tile copies (80 MiB at 16 threads
+    // on 2 CPUs), which a run on the native path never uses.
+    const bool tiled = gemm_tiled();
+    set_gemm_tiled(false);
     for (int half = 0; half < 2; ++half) {
       set_bf16_widened(false);
       c.native_gflops = std::max(c.native_gflops, measure_gemm_peak_gflops(true, seconds / 2));
       set_bf16_widened(true);
       c.widened_gflops = std::max(c.widened_gflops, measure_gemm_peak_gflops(true, seconds / 2));
     }
+    set_gemm_tiled(tiled);
     c.widened = c.widened_gflops >= kWidenedWorthIt * c.native_gflops;
     measured_choice = c.widened;
   }

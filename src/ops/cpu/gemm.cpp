@@ -195,13 +195,6 @@ void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
 }
 
 std::atomic<bool> tile_products{false};
-// A tile of C: small enough that a product splits into a dozen or more of them
-// (tiny's 2048 x 256 forward: 16; base's: 96), large enough that oneDNN's
-// single-threaded kernels run at their full speed on it. Beside one busy
-// process, in a build whose tile size an environment variable set (not
-// kept), 128 x 512 tiles ran tiny 15-19% faster than 256 x 256 and base the
-// same (bench/results/shared-machine-tiled-zen4-2026-12-04.md).
-constexpr int64_t kTileRows = 128, kTileCols = 512;
 // Products of fewer multiply-adds stay whole: tiling buys nothing there.
 constexpr int64_t kMinTiledProduct = int64_t(1) << 22;
 
@@ -350,9 +343,14 @@ double measure_gemm_peak_gflops(bool bf16, double seconds) {
   }
   // The measurement's 2048² operands and scratch are not training's: they go
   // back to the system, lest a measurement at start-up raise a run's peak.
-  for (auto* v : {&a, &b, &c, &widen_buffers[0], &widen_buffers[1]}) std::vector<float>().swap(*v);
+  // Tiled, every thread kept its own widened tile operands and scratchpad.
+  for (auto* v : {&a, &b, &c}) std::vector<float>().swap(*v);
   for (auto* v : {&a16, &b16}) std::vector<uint16_t>().swap(*v);
-  std::vector<uint8_t>().swap(primitive_scratch);
+#pragma omp parallel
+  {
+    for (auto& v : widen_buffers) std::vector<float>().swap(v);
+    std::vector<uint8_t>().swap(primitive_scratch);
+  }
   malloc_trim(0);
   return 2.0 * n * n * n / fastest / 1e9;
 }

@@ -55,6 +55,15 @@ bool bf16_widened();
 // products, not during one.
 void set_gemm_tiled(bool tiled);
 bool gemm_tiled();
+// A tile of C: small enough that a product splits into a dozen or more of them
+// (tiny's 2048 x 256 forward: 16; base's: 96), large enough that oneDNN's
+// single-threaded kernels run at their full speed on it. Beside one busy
+// process, in a build whose tile size an environment variable set (not
+// kept), 128 x 512 tiles ran tiny 15-19% faster than 256 x 256 and base the
+// same (bench/results/shared-machine-tiled-zen4-2026-12-04.md). Widened bf16
+// products widen a tile's operands, (kTileRows + kTileCols) x K values, into
+// each thread's own buffers (the planner counts them).
+constexpr int64_t kTileRows = 128, kTileCols = 512;
 
 // Plain triple-loop references with double accumulation, for tests. Slow.
 void gemm_f32_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -40,6 +40,8 @@
 #include <string>
 #include <vector>
 
+#include "core/sysinfo.h"
+
 namespace ctrl::cpu {
 
 // Seconds this process's threads have spent on a CPU and runnable but
@@ -124,8 +126,8 @@ constexpr double kOversubscribedEfficiency = 0.7;
 // quiet, 12 0.61-0.72, 16 0.73-0.77 (the loop kept 0.34 of a CPU, against
 // 0.60 beside 8), 24 0.73-0.75 and 32 0.64-0.69, with 100-130 MiB more for
 // the threads (bench/results/shared-machine-tiled-zen4-2026-12-04.md).
-// The gain ends at 8 per CPU.
-constexpr int kMaxThreadsPerCpu = 8;
+// The gain ends at 8 per CPU: kMaxThreadsPerCpu (core/sysinfo.h, where the
+// planner also reads it).
 
 class ThreadAdapter {
  public:
