@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "ops/cpu/gemm.h"
 #include "ops/gpu_scratch.h"
 #include "ops/ops.h"
 
@@ -105,6 +106,7 @@ DType activation_dtype(const std::string& precision) {
 }
 
 int64_t cpu_head_vocab_block() { return kCpuHeadVocabBlock; }
+int64_t cpu_tile_operand_rows() { return cpu::kTileRows + cpu::kTileCols; }
 
 ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType low, int64_t T, const Ops* ops) {
   ActivationLayout a;

@@ -29,6 +29,9 @@ constexpr size_t kInitStagingFloats = size_t(1) << 20;
 // The CPU backend's vocabulary block in the head (ops/ops.h), for the
 // planner, which sees backends only through the model.
 int64_t cpu_head_vocab_block();
+// The rows of A and the columns of B in one tile of the CPU backend's tiled
+// products (ops/cpu/gemm.h: kTileRows + kTileCols), for the planner.
+int64_t cpu_tile_operand_rows();
 
 struct ParamTensor {
   std::string name;            // Hugging Face state-dict name

@@ -13,7 +13,6 @@
 #include "core/progress.h"
 #include "core/sysinfo.h"
 #include "model/layout.h"
-#include "ops/cpu/gemm.h"
 
 namespace ctrl::plan {
 
@@ -342,7 +341,7 @@ uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int thread
     // at most max(F, 3D, E) (forward, input gradient) or N (weight gradient).
     const uint64_t rows = std::min<uint64_t>(N, uint64_t(kHeadChunkRows)),
                    block = std::min<uint64_t>(V, uint64_t(cpu_head_vocab_block()));
-    const uint64_t tile = uint64_t(cpu::kTileRows + cpu::kTileCols) * std::max({F, 3 * D, E, N});
+    const uint64_t tile = uint64_t(cpu_tile_operand_rows()) * std::max({F, 3 * D, E, N});
     per_thread = std::max(std::max(rows * std::max(E, block), T * T) + std::max(block * E, T * T), tile);
   }
   return 4 * (inputs + weights + outputs + uint64_t(std::max(threads, 1)) * per_thread);
