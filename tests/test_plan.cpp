@@ -272,19 +272,19 @@ TEST(Plan, CpuMemoryIsCountedAtTheMostThreadsTheRunMayUse) {
   r.micro_batch = 8, r.cpu_threads = 2;
   const plan::Plan adapter = plan::make_plan(r);
   EXPECT_EQ(adapter.memory_threads, kMaxThreadsPerCpu * 2);
-  EXPECT_EQ(adapter.memory.threads, plan::cpu_thread_bytes(kMaxThreadsPerCpu * 2));
+  EXPECT_EQ(adapter.memory.thread_runtime, plan::cpu_thread_bytes(kMaxThreadsPerCpu * 2));
   EXPECT_EQ(plan::cpu_thread_bytes(kMaxThreadsPerCpu * 2), (kMaxThreadsPerCpu * 2 - 2) * plan::kCpuBytesPerThread);
   EXPECT_EQ(plan::cpu_thread_bytes(1), 0u);
   EXPECT_EQ(plan::cpu_thread_bytes(2), 0u);
   r.config.train.threads = 2;  // pinned: no adapter, no threads past the overhead's
   const plan::Plan pinned = plan::make_plan(r);
   EXPECT_EQ(pinned.memory_threads, 2);
-  EXPECT_EQ(pinned.memory.threads, 0u);
+  EXPECT_EQ(pinned.memory.thread_runtime, 0u);
   // Widened bf16 keeps one tile's operands per thread, so its copies grow with
   // the count too, and the total by both.
   EXPECT_GT(adapter.memory.widened, pinned.memory.widened);
   EXPECT_EQ(adapter.memory.total() - pinned.memory.total(),
-            adapter.memory.threads + adapter.memory.widened - pinned.memory.widened);
+            adapter.memory.thread_runtime + adapter.memory.widened - pinned.memory.widened);
   // The readable plan names the extra threads.
   EXPECT_NE(plan::plan_text(adapter).find("runtime of threads 3-16"), std::string::npos) << plan::plan_text(adapter);
   EXPECT_EQ(plan::plan_text(pinned).find("runtime of threads"), std::string::npos);

@@ -529,7 +529,8 @@ Plan make_plan(const Request& r) {
                                              : kMaxThreadsPerCpu * std::max(1, cpu_threads);
   auto memory_at = [&](int64_t b, int zero) {
     Memory m = memory_estimate(c, b, zero, overhead, teacher);
-    if (!gpu) m.widened = cpu_widened_bytes(c, b, p.memory_threads), m.threads = cpu_thread_bytes(p.memory_threads);
+    if (!gpu)
+      m.widened = cpu_widened_bytes(c, b, p.memory_threads), m.thread_runtime = cpu_thread_bytes(p.memory_threads);
     if (gpu) m.gpu_scratch = gpu_scratch_bytes(c, b, teacher);
     return m;
   };
@@ -661,7 +662,7 @@ std::string plan_json(const Plan& p) {
                        {"cpu_widened", m.widened},
                        {"gpu_scratch", m.gpu_scratch},
                        {"runtime_overhead", m.overhead},
-                       {"cpu_threads_past_overhead", m.threads},
+                       {"cpu_threads_past_overhead", m.thread_runtime},
                        {"total", m.total()},
                        {"device", p.device_memory}};
   j["fits"] = p.fits;
@@ -724,9 +725,9 @@ std::string plan_text(const Plan& p) {
     row(native_bf16_products(c.train) ? "bf16 copies for products" : "fp32 copies for products", gib(m.widened));
   if (m.gpu_scratch) row("backend scratch (GPU)", gib(m.gpu_scratch));
   row("runtime overhead", gib(m.overhead));
-  if (m.threads)
+  if (m.thread_runtime)
     row("runtime of threads " + std::to_string(kCpuOverheadThreads + 1) + "-" + std::to_string(p.memory_threads),
-        gib(m.threads));
+        gib(m.thread_runtime));
   row("total", gib(m.total()) + " of " + gib(p.device_memory));
   row("largest micro-batch", std::to_string(p.largest_micro_batch));
   if (p.micro_batch > 0)

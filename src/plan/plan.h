@@ -38,12 +38,12 @@ struct Memory {
                               // bf16 copy of an fp32 output gradient (cpu_widened_bytes)
   uint64_t gpu_scratch = 0;   // GPU only: the CUDA backend's own scratch (gpu_scratch_bytes)
   uint64_t overhead = 0;      // runtime, not the engine's buffers
-  uint64_t threads = 0;       // CPU only: the runtime of threads past the overhead's (cpu_thread_bytes)
+  uint64_t thread_runtime = 0;  // CPU only: the runtime of threads past the overhead's (cpu_thread_bytes)
   uint64_t buffers() const {
     return weights + weights_lowp + grads + optimizer + grad_shard + activations + workspace + batch + teacher +
            widened + gpu_scratch;
   }
-  uint64_t total() const { return buffers() + overhead + threads; }
+  uint64_t total() const { return buffers() + overhead + thread_runtime; }
 };
 
 // Optimizer state in fp32 copies of the parameter buffer: AdamW 2 (m, v), Adagrad 1.
@@ -82,7 +82,7 @@ constexpr int kCpuOverheadThreads = 2;
 // Each thread past those: its stack, oneDNN's packing buffers and state, the
 // allocator's arena. With 16 tiled threads on 2 CPUs (Zen 4, `ctrl bench
 // --threads 16` against 2) each further thread took 1.9-2.9 MiB on tiny,
-// 3.1-4.6 on small, 4.1-5.6 on base and 5.1 on medium, fp32 and native bf16
+// 2.9-5.8 on small, 4.1-5.6 on base and 5.1 on medium, fp32 and native bf16
 // (bench/thread_memory.sh; results in
 // bench/results/thread-memory-zen4-2026-12-05.md).
 constexpr uint64_t kCpuBytesPerThread = 5ull << 20;
