@@ -19,9 +19,14 @@ int usable_cpus();
 // The thread count the CPU backend starts with when none is configured:
 // OMP_NUM_THREADS (its first number) when set, else usable_cpus().
 int default_cpu_threads();
-// How far the CPU backend's thread adapter may raise the count beside busy
-// processes: this many threads per usable CPU (ops/cpu/thread_adapter.h says
-// what was measured).
+// How far the CPU backend's thread adapter (ops/cpu/thread_adapter.h) may
+// raise the count beside busy processes: this many threads per usable CPU.
+// Tiled, beside one busy process in the same session on a 2-core Zen 4
+// (`tiny`, batch 8, pinned counts, two rounds): 8 threads kept 0.57-0.59 of
+// quiet, 12 0.61-0.72, 16 0.73-0.77 (the loop kept 0.34 of a CPU, against
+// 0.60 beside 8), 24 0.73-0.75 and 32 0.64-0.69
+// (bench/results/shared-machine-tiled-zen4-2026-12-04.md). The gain ends at
+// 8 per CPU.
 inline constexpr int kMaxThreadsPerCpu = 8;
 // The most threads a CPU run may use, which its per-thread memory grows
 // with: `pinned` when above 0 (train.threads, --threads), else

@@ -82,7 +82,7 @@ constexpr int kCpuOverheadThreads = 2;
 // Each thread past those: its stack, oneDNN's packing buffers and state, the
 // allocator's arena. With 16 tiled threads on 2 CPUs (Zen 4, `ctrl bench
 // --threads 16` against 2) each further thread took 1.9-2.9 MiB on tiny,
-// 2.9-5.8 on small, 4.1-5.6 on base and 5.1 on medium, fp32 and native bf16
+// 2.9-5.8 on small, 4.4-5.6 on base and 3.9-7.0 on medium, fp32 and native bf16
 // (bench/thread_memory.sh; results in
 // bench/results/thread-memory-zen4-2026-12-05.md).
 constexpr uint64_t kCpuBytesPerThread = 5ull << 20;

@@ -343,14 +343,9 @@ double measure_gemm_peak_gflops(bool bf16, double seconds) {
   }
   // The measurement's 2048² operands and scratch are not training's: they go
   // back to the system, lest a measurement at start-up raise a run's peak.
-  // Tiled, every thread kept its own widened tile operands and scratchpad.
-  for (auto* v : {&a, &b, &c}) std::vector<float>().swap(*v);
+  for (auto* v : {&a, &b, &c, &widen_buffers[0], &widen_buffers[1]}) std::vector<float>().swap(*v);
   for (auto* v : {&a16, &b16}) std::vector<uint16_t>().swap(*v);
-#pragma omp parallel
-  {
-    for (auto& v : widen_buffers) std::vector<float>().swap(v);
-    std::vector<uint8_t>().swap(primitive_scratch);
-  }
+  std::vector<uint8_t>().swap(primitive_scratch);
   malloc_trim(0);
   return 2.0 * n * n * n / fastest / 1e9;
 }

@@ -80,8 +80,9 @@ class ThreadTimes {
 // threads keep the CPUs nearly busy, and competitors remain while the CPU
 // time the others ran, `others_cpus` (per wall-clock second, from
 // /proc/stat; negative: unknown), is at least kStillBusyCpus: beside one
-// busy loop at 16 tiled threads on 2 CPUs the others ran 0.16-0.27 (`base`,
-// `small`, `tiny`; bench/thread_cpu_share.sh), quiet -0.02-0.00. Unknown, the capacity ours did not use
+// busy loop at 16 tiled threads on 2 CPUs the others ran 0.16-0.19 (`base`,
+// `small`, `tiny`; `COUNTS=16 SESSIONS="same none" bash
+// bench/thread_cpu_share.sh`), quiet -0.02-0.00. Unknown, the capacity ours did not use
 // stands for them while it is at least kStillContendedCpus (beside the loop
 // 0.7 at 8 threads, but 0.25-0.47 at 16 tiled; quiet 0.04-0.16).
 int competing_threads(double share, double our_cpus, int threads, int cpus, double others_cpus = -1);
@@ -119,15 +120,9 @@ constexpr double kFreedCpus = 0.5;
 // Measured on a 2-core EPYC beside one busy process: 3 to 8 threads ran at
 // 0.67-0.75 of their equal share's speed (time slicing, caches shared in
 // turn, and the scheduler leaving the busy loop more than an equal share);
-// tiled, 16 threads ran tiny at 0.79 of it.
+// tiled, 16 threads kept 0.73-0.77 of quiet `tiny`, 0.78-0.82 of their
+// equal share (16 of 17 runnable threads: 1.88 of the 2 CPUs).
 constexpr double kOversubscribedEfficiency = 0.7;
-// Tiled, beside one busy process in the same session on a 2-core Zen 4
-// (`tiny`, batch 8, pinned counts, two rounds): 8 threads kept 0.57-0.59 of
-// quiet, 12 0.61-0.72, 16 0.73-0.77 (the loop kept 0.34 of a CPU, against
-// 0.60 beside 8), 24 0.73-0.75 and 32 0.64-0.69, with 100-130 MiB more for
-// the threads (bench/results/shared-machine-tiled-zen4-2026-12-04.md).
-// The gain ends at 8 per CPU: kMaxThreadsPerCpu (core/sysinfo.h, where the
-// planner also reads it).
 
 class ThreadAdapter {
  public:
