@@ -132,6 +132,31 @@ void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
 
 thread_local std::vector<uint8_t> primitive_scratch;  // per thread: the running primitive's scratchpad
 
+// A primitive's arguments on one thread: memory objects built once and
+// pointed at each call's buffers. Building them per call (heap allocations
+// for the objects and the argument map) took about 2 µs, which attention's
+// many small per-head products paid thousands of times a step.
+struct Bound {
+  std::shared_ptr<const Entry> entry;  // keeps the entry, and so its address (the key below), alive
+  std::unordered_map<int, dnnl::memory> args;
+};
+
+std::unordered_map<int, dnnl::memory>& bound_args(const std::shared_ptr<const Entry>& e, bool bias) {
+  thread_local std::unordered_map<const Entry*, Bound> bound;
+  if (auto it = bound.find(e.get()); it != bound.end()) return it->second.args;
+  if (bound.size() >= 4096) bound.clear();  // bounded, as the primitive cache is
+  auto& eng = engine();
+  Bound b{e,
+          {{DNNL_ARG_SRC, dnnl::memory(e->a, eng, nullptr)},
+           {DNNL_ARG_WEIGHTS, dnnl::memory(e->b, eng, nullptr)},
+           {DNNL_ARG_DST, dnnl::memory(e->c, eng, nullptr)},
+           {DNNL_ARG_SCRATCHPAD,
+            dnnl::memory(md({static_cast<int64_t>(e->scratch_bytes)}, dt::u8, dnnl::memory::format_tag::a), eng,
+                         nullptr)}}};
+  if (bias) b.args.emplace(DNNL_ARG_BIAS, dnnl::memory(e->bias, eng, nullptr));
+  return bound.emplace(e.get(), std::move(b)).first->second.args;
+}
+
 // Runs the cached primitive; returns false when there is none (bf16 fallback).
 bool run(const Key& k, const void* A, const void* B, void* C, const float* bias = nullptr) {
   auto e = lookup(k);
@@ -139,14 +164,12 @@ bool run(const Key& k, const void* A, const void* B, void* C, const float* bias 
   thread_local dnnl::stream strm(engine());
   auto& scratch = primitive_scratch;
   if (scratch.size() < e->scratch_bytes) scratch.resize(e->scratch_bytes);
-  auto& eng = engine();
-  dnnl::memory ma(e->a, eng, const_cast<void*>(A)), mb(e->b, eng, const_cast<void*>(B));
-  dnnl::memory mc(e->c, eng, C);
-  dnnl::memory ms(md({static_cast<int64_t>(e->scratch_bytes)}, dt::u8, dnnl::memory::format_tag::a), eng,
-                  scratch.data());
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
-  if (k.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(e->bias, eng, const_cast<float*>(bias)));
+  auto& args = bound_args(e, k.bias);
+  args.at(DNNL_ARG_SRC).set_data_handle(const_cast<void*>(A));
+  args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<void*>(B));
+  args.at(DNNL_ARG_DST).set_data_handle(C);
+  args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(scratch.data());
+  if (k.bias) args.at(DNNL_ARG_BIAS).set_data_handle(const_cast<float*>(bias));
   e->prim.execute(strm, args);
   strm.wait();
   return true;
