@@ -18,7 +18,9 @@
 # tests and medium and base throughput with CTRL_CUDA_ATTENTION=fused);
 # "peer" runs bench/gpu_vs_pytorch.sh (ctrl against PyTorch eager AMP and
 # torch.compile on medium and base in bf16, then base in fp16 and fp32) with
-# this machine's python3, under PEER_SECONDS (default 420).
+# this machine's python3, under PEER_SECONDS (default 420). "cpu", not in the
+# default, runs bench/train_vs_pytorch.sh on 2 of the host's CPUs (CPU_PRESETS,
+# default small; CPU_SECONDS, default 150).
 # DEADLINE (seconds from the start, default 470: issue 13 asks for under 8 minutes)
 # caps every phase: each runs under the smaller of its own timeout and the
 # time left, and a phase with under 15 s left is recorded as skipped, so one
@@ -190,8 +192,11 @@ bench_row() {
   python3 - "$out/$1.result.json" "${2:-}" >>"$results" 2>/dev/null <<'PY' || true
 import json, sys
 j = json.load(open(sys.argv[1]))
-keys = ["config", "precision", "gpu", "tokens_per_s", "it_per_s", "achieved_gflops", "gemm_peak_gflops", "share_of_gemm_peak", "peak_device_bytes", "final_loss"]
-print("| " + sys.argv[2] + " | " + ", ".join(f"{k} {j[k]:.4g}" if isinstance(j.get(k), float) else f"{k} {j[k]}" for k in keys if k in j) + " | | |")
+keys = ["config", "precision", "gpu", "tokens_per_s", "it_per_s", "achieved_gflops", "gemm_peak_gflops", "share_of_gemm_peak", "peak_device_bytes", "planned_peak_device_bytes", "final_loss"]
+fields = [f"{k} {j[k]:.4g}" if isinstance(j.get(k), float) else f"{k} {j[k]}" for k in keys if k in j]
+if j.get("planned_peak_device_bytes"):  # the planner's memory against this run's
+    fields.append(f"device memory / plan {j['peak_device_bytes'] / j['planned_peak_device_bytes']:.4f}")
+print("| " + sys.argv[2] + " | " + ", ".join(fields) + " | | |")
 PY
 }
 
@@ -266,6 +271,18 @@ if want peer; then
     [[ -d $d && ! -f $d/gpu-vs-pytorch.md ]] && "${peer[@]}" RESULTS="$d" REPORT_ONLY=1 bash bench/gpu_vs_pytorch.sh >/dev/null 2>&1
   done
   for f in "$out"/peer_*/gpu-vs-pytorch.md; do [[ -f $f ]] && { echo; cat "$f"; } >>"$results"; done
+fi
+
+# Phase 6 (only when PHASES names "cpu"): this machine's CPU, 2 of its cores,
+# ctrl's CPU backend against PyTorch's CPU build (issue 15 asks for a CPU with
+# AMX where one is available; the H200's host had AMX). Eager only: torch.compile
+# takes minutes to compile on 2 cores.
+if want cpu; then
+  pin=(); command -v taskset >/dev/null && pin=(taskset -c 0,1)  # else 2 threads among all the CPUs
+  phase cpu_vs_pytorch "${CPU_SECONDS:-150}" "${pin[@]}" env CTRL="$work/run/ctrl" PY=python3 THREADS=2 \
+    RESULTS="$out/cpu" PRESETS="${CPU_PRESETS:-small}" PRECISIONS="bf16 fp32" PEERS=eager STEPS=3 WARMUP=1 \
+    bash bench/train_vs_pytorch.sh
+  [[ -f $out/cpu/train-vs-pytorch.md ]] && { echo; cat "$out/cpu/train-vs-pytorch.md"; } >>"$results"
 fi
 
 log "done in $(( $(date +%s) - t0 ))s; table: $results"

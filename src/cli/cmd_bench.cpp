@@ -107,6 +107,9 @@ int run(const std::vector<std::string>& argv) {
     j["planned_peak_rss_bytes"] = planned_rss;
     j["planned_at_threads"] = most_threads;
   }
+  // A GPU run: the plan's buffers and the backend's scratch, which its peak device memory measures.
+  const uint64_t planned_device = peak_device > 0 ? plan::gpu_buffer_bytes(config, B) : 0;
+  if (planned_device > 0) j["planned_peak_device_bytes"] = planned_device;
   j["final_loss"] = loss;
   j["cpu"] = cpu_model();
   j["device"] = ops->name();
@@ -156,7 +159,9 @@ int run(const std::vector<std::string>& argv) {
     if (planned_rss > 0)
       std::printf(" (the plan counts %.0f MiB at %d threads)", double(planned_rss) / (1 << 20), most_threads);
     std::printf("\n");
-    if (peak_device > 0) std::printf("  peak device memory %.0f MiB\n", double(peak_device) / (1 << 20));
+    if (peak_device > 0)
+      std::printf("  peak device memory %.0f MiB (the plan counts %.0f MiB of buffers)\n",
+                  double(peak_device) / (1 << 20), double(planned_device) / (1 << 20));
     if (cpu_bf16) std::printf("  bf16 products: %s\n", bf16_choice.describe().c_str());
     if (cpu_bf16 && advice.empty())  // the advice names both figures itself
       std::printf("  %s\n", plan::bf16_step_times_text(times).c_str());

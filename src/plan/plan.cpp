@@ -361,14 +361,18 @@ uint64_t gpu_scratch_bytes(const Config& config, int64_t micro_batch, const Mode
   return cuda_scratch_bytes(config.model, micro_batch, activation_dtype(config.train.precision), teacher);
 }
 
+uint64_t gpu_buffer_bytes(const Config& config, int64_t micro_batch, int zero_ranks, const ModelConfig* teacher) {
+  return memory_estimate(config, micro_batch, zero_ranks, 0, teacher).buffers() +
+         gpu_scratch_bytes(config, micro_batch, teacher);
+}
+
 void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available, int threads,
                   const ModelConfig* teacher) {
   if (available == 0) return;  // unknown: nothing to check against
   const bool cpu = config.train.device.rfind("cuda", 0) != 0;
   auto need = [&](int64_t b) {
     return cpu ? cpu_run_bytes(config, b, zero_ranks, threads, teacher)
-               : memory_estimate(config, b, zero_ranks, kCpuRuntimeOverheadBytes, teacher).total() +
-                     gpu_scratch_bytes(config, b, teacher);
+               : gpu_buffer_bytes(config, b, zero_ranks, teacher) + kCpuRuntimeOverheadBytes;
   };
   const uint64_t bytes = need(micro_batch);
   if (bytes <= available) return;

@@ -167,6 +167,13 @@ uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int thread
 // measured peaks in tests/test_plan.cpp.
 uint64_t gpu_scratch_bytes(const Config& config, int64_t micro_batch, const ModelConfig* teacher = nullptr);
 
+// What a GPU run's peak device memory (`peak_device_bytes`, the backend's own
+// allocations) should come to: the engine's buffers and gpu_scratch_bytes,
+// without the runtime around them (the CUDA context, the libraries' memory).
+// `ctrl bench --device cuda` prints it beside the peak it measured.
+uint64_t gpu_buffer_bytes(const Config& config, int64_t micro_batch, int zero_ranks = 1,
+                          const ModelConfig* teacher = nullptr);
+
 // A CPU run's memory as the planner counts it: memory_estimate's total with
 // kCpuRuntimeOverheadBytes, plus cpu_widened_bytes and cpu_thread_bytes at
 // `threads`. What check_memory holds a run to, and what `ctrl bench` prints
