@@ -7,8 +7,9 @@
 // AMX kernels JIT-compiled for the exact shape and strides). Primitives are
 // created once per (transposes, shape, leading dimensions, alpha, beta,
 // thread count) and kept in a process-wide cache guarded by a shared mutex;
-// execution uses a per-thread stream and a per-thread user-managed
-// scratchpad, so concurrent calls from an OpenMP parallel region are safe.
+// execution uses a per-thread stream, a per-thread user-managed scratchpad
+// and per-thread memory objects re-pointed at each call's buffers, so
+// concurrent calls from an OpenMP parallel region are safe.
 #include "ops/cpu/gemm.h"
 
 #include <malloc.h>
