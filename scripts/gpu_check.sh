@@ -182,7 +182,7 @@ fi
 suite() { want suite && phase "$1" "$2" env CTRL_DEVICE=cuda "$work/run/ctrl_tests" --gtest_filter="$3" --gtest_output="json:$out/$1.json"; }
 suite suite_train 60 'Trainer*:Checkpoint*:Clip*:Nccl*'
 suite suite_mixed 70 'MixedPrecision*:Distill.*'
-suite suite_hf 45 'HuggingFace*:Generator*:Oracle/*:ToyTask*:Plan.*:ControlCodes*:ControlAccuracy*'
+suite suite_hf 60 'HuggingFace*:Generator*:Oracle/*:ToyTask*:Plan.*:ControlCodes*:ControlAccuracy*'
 suite suite_grad 55 'GradCheck.WholeModel*:GradCheck.ParameterGradients*:GradCheck.MicroBatches*:Variants/DoubleReference*:Lighter*'
 
 # The JSON of a `ctrl bench --json` phase NAME as NAME.result.json, and its
