@@ -218,7 +218,8 @@ TEST(Plan, GpuBenchsPeakDeviceMemoryIsWhatThePlanCounts) {
               0)
         << out;
     const auto j = nlohmann::json::parse(out);
-    const double measured = j.at("peak_device_bytes").get<double>(), planned = j.at("planned_peak_device_bytes");
+    const double measured = j.at("peak_device_bytes").get<double>(),
+                 planned = j.at("planned_peak_device_bytes").get<double>();
     const Config c = config_of("tiny", {"train.precision=" + precision});
     EXPECT_EQ(planned, double(plan::gpu_buffer_bytes(c, c.train.micro_batch))) << precision;
     EXPECT_NEAR(measured / planned, 1.0, 0.005) << precision << ": measured " << measured << ", planned " << planned;
