@@ -13,8 +13,10 @@
 # fails or times out is recorded and the next one still runs.
 # Without a GPU it stops after the first phase with "no CUDA device".
 #
-# PHASES (default "ops suite bench fused peer") picks phases after the machine's
-# ("bench" includes a --profile run of medium in bf16; "fused" runs the bf16
+# PHASES (default "ops suite bench products fused peer") picks phases after the machine's
+# ("bench" includes a --profile run of medium in bf16; "products" times
+# medium's linear layers, attention and head one op at a time in ctrl and in
+# PyTorch, bench/products_vs_pytorch.sh; "fused" runs the bf16
 # tests and medium and base throughput with CTRL_CUDA_ATTENTION=fused);
 # "peer" runs bench/gpu_vs_pytorch.sh (ctrl against PyTorch eager AMP and
 # torch.compile on medium and base in bf16, then base in fp16 and fp32) with
@@ -84,7 +86,7 @@ export LD_LIBRARY_PATH="$work/lib${cuda_path:+:$cuda_path}${LD_LIBRARY_PATH:+:$L
 # The binaries run directly; if this machine's C library is older than the
 # build machine's, through the bundled loader and C library instead.
 mkdir -p "$work/run"
-for b in ctrl ctrl_tests; do
+for b in ctrl ctrl_tests step_products; do
   printf '#!/bin/sh\nexec "%s" "$@"\n' "$work/bin/$b" >"$work/run/$b"
 done
 chmod +x "$work/run/"*
@@ -92,13 +94,13 @@ if ! "$work/run/ctrl" --version >"$out/version.txt" 2>&1 && grep -q GLIBC "$out/
   log "this machine's C library is too old for the bundle: using the bundled loader"
   driver_dir=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / {print $NF; exit}' | xargs -r dirname)
   lp="$work/glibc:$LD_LIBRARY_PATH${driver_dir:+:$driver_dir}"
-  for b in ctrl ctrl_tests; do
+  for b in ctrl ctrl_tests step_products; do
     printf '#!/bin/sh\nexec "%s" --library-path "%s" "%s" "$@"\n' "$work/glibc/ld-linux-x86-64.so.2" "$lp" \
       "$work/bin/$b" >"$work/run/$b"
   done
   "$work/run/ctrl" --version >"$out/version.txt" 2>&1
 fi
-PHASES=${PHASES:-ops suite bench fused peer}
+PHASES=${PHASES:-ops suite bench products fused peer}
 DEADLINE=${DEADLINE:-470}
 want() { [[ " $PHASES " == *" $1 "* ]]; }
 export CTRL_TEST_BINARY=$work/run/ctrl CTRL_TEST_SOURCE_DIR=$work OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
@@ -225,6 +227,15 @@ if want bench; then
   if grep -q '^time per op' "$out/profile_medium_bf16.log" 2>/dev/null; then
     { echo; echo '```'; sed -n '/^medium:/,/^  peak device/p;/^time per op/,$p' "$out/profile_medium_bf16.log"; echo '```'; echo; } >>"$results"
   fi
+fi
+
+# Phase 4a: the ops that hold the products, one at a time, ctrl against PyTorch
+# eager on medium's shapes (bench/products_vs_pytorch.sh): whether a slow op is
+# slow in itself, and by how much against the peer.
+if want products; then
+  phase products_medium_bf16 60 env PRODUCTS="$work/run/step_products" PY=python3 DEVICE=cuda PRESETS=medium \
+    PRECISIONS=bf16 BATCH=32 RESULTS="$out/products" bash bench/products_vs_pytorch.sh
+  [[ -f $out/products/products-vs-pytorch.md ]] && { echo; tail -n +3 "$out/products/products-vs-pytorch.md"; } >>"$results"
 fi
 
 # Phase 4b: the fused attention (CTRL_CUDA_ATTENTION=fused, attention_fused.cu;

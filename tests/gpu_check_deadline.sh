@@ -26,7 +26,7 @@ fail() { echo "gpu_check_deadline: $*"; cat "$tmp/log"; exit 1; }
 [[ -f $results ]] || fail "no results.md"
 grep -q '^| machine | ok' "$results" || fail "the machine phase did not pass with the stand-in ctrl"
 grep -q '^| ops | TIMEOUT' "$results" || fail "the op phase was not cut by the deadline"
-for phase in ops_without_cublaslt suite_train suite_mixed suite_hf suite_grad bench_tiny_fp32 bench_base_bf16 profile_medium_bf16 peer_bf16 peer_fp16; do
+for phase in ops_without_cublaslt suite_train suite_mixed suite_hf suite_grad bench_tiny_fp32 bench_base_bf16 profile_medium_bf16 products_medium_bf16 peer_bf16 peer_fp16; do
   grep -q "^| $phase | SKIPPED" "$results" || fail "phase $phase not recorded as SKIPPED"
 done
 (( took <= 40 )) || fail "took ${took}s with DEADLINE=25"

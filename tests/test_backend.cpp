@@ -226,5 +226,28 @@ TEST(Profiler, ReadsTheDeviceClockOfAnAsynchronousBackend) {
   EXPECT_NE(report.find("fill                        1      0.001"), std::string::npos) << report;
 }
 
+// A backend whose wait reports an error (as a GPU reports an earlier
+// kernel's fault at the next wait) stops the op profile's timing: the op
+// whose timing met it returns, later ops are counted, and the report throws
+// the error, where before the process ended in std::terminate (the timing
+// runs in a destructor).
+TEST(Profiler, ABackendErrorInTheTimingIsReportedNotFatal) {
+  class FailingWait final : public OpsDecorator {
+   public:
+    using OpsDecorator::OpsDecorator;
+    void synchronize() override { throw Error("device fault (stand-in)"); }
+  };
+  auto ops = make_profiled_ops(std::make_unique<FailingWait>(make_ops("cpu", 1)));
+  DeviceArray<float> x(*ops, 16, "x");
+  ops->fill(x.data(), 16, 1.0f);  // its timing waits, and the wait throws
+  ops->fill(x.data(), 16, 2.0f);
+  try {
+    profile_report(*ops);
+    FAIL() << "the profile report hid the backend's error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("device fault (stand-in)"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ctrl

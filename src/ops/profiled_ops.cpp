@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "ops/decorator.h"
 
 namespace ctrl {
@@ -23,27 +26,38 @@ class ProfiledOps final : public OpsDecorator {
     long calls = 0;
     double seconds = 0;
   };
-  // Every op's entry so far, with the device marks still pending read.
+  // Every op's entry so far, with the device marks still pending read;
+  // throws the backend's error if one stopped the timing.
   const std::map<std::string, Entry>& entries() {
-    read_marks();
+    if (failed_.empty()) read_marks();
+    if (!failed_.empty()) throw Error("the op profile stopped at a backend error: " + failed_);
     return entries_;
   }
 
  protected:
   void enter(const char*) override {
     start_ = std::chrono::steady_clock::now();
-    mark_ = inner().timer_mark();
+    mark_ = failed_.empty() ? inner().timer_mark() : -1;
   }
+  // Runs in a destructor (OpsDecorator's Scope), so it must not throw: a
+  // backend error here (a fault of an earlier kernel that the clock or the
+  // wait reports) stops the timing, and entries() throws it instead. An op
+  // that is itself throwing is counted and not timed.
   void leave(const char* op) override {
     Entry& e = entries_[op];
     ++e.calls;
-    if (mark_ >= 0) {
-      pending_.push_back({&e, mark_, inner().timer_mark()});
-      if (pending_.size() >= kPendingMarks) read_marks();
-      return;
+    if (!failed_.empty() || std::uncaught_exceptions() > 0) return;
+    try {
+      if (mark_ >= 0) {
+        pending_.push_back({&e, mark_, inner().timer_mark()});
+        if (pending_.size() >= kPendingMarks) read_marks();
+        return;
+      }
+      inner().synchronize();
+      e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    } catch (const std::exception& error) {
+      failed_ = error.what();
     }
-    inner().synchronize();
-    e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
 
  private:
@@ -52,15 +66,19 @@ class ProfiledOps final : public OpsDecorator {
     Entry* entry;
     int from, to;
   };
+  // Each pending mark is read once: the batch is taken out first, so an
+  // error partway through cannot count its marks twice.
   void read_marks() {
-    for (const Pending& p : pending_) p.entry->seconds += inner().timer_seconds(p.from, p.to);
-    pending_.clear();
+    std::vector<Pending> batch;
+    batch.swap(pending_);
+    for (const Pending& p : batch) p.entry->seconds += inner().timer_seconds(p.from, p.to);
     inner().timer_reset();
   }
   std::map<std::string, Entry> entries_;
   std::vector<Pending> pending_;
   std::chrono::steady_clock::time_point start_;
   int mark_ = -1;
+  std::string failed_;  // the backend error that stopped the timing
 };
 
 }  // namespace

@@ -124,6 +124,7 @@ void CudaOps::attention_forward(TensorRef out, TensorRef saved, TensorRef qkv, i
                                 int64_t H) {
   if (fused_attention(qkv.dtype, D, H)) return fused_attention_forward(out, saved, qkv, B, T, D, H);
   const DType inner = qkv.dtype;  // the products' inputs and the saved softmax: fp32, bf16 or fp16
+  CTRL_ASSERT(saved.dtype == inner);  // the CPU's rule: the softmax is kept in q, k and v's type
   const bool low = inner != DType::F32;
   const int64_t hd = D / H, TT = T * T, chunk = gpu_attention_sequences(B, H, T);
   const size_t esize = dtype_size(inner), out_size = dtype_size(out.dtype);
@@ -154,6 +155,7 @@ void CudaOps::attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, 
   const DType inner = qkv.dtype, grad = dqkv.dtype;  // fp16's gradients are fp32, and enter the products as fp16
   const bool low = inner != DType::F32;
   CTRL_ASSERT(dout.dtype == grad && (grad == inner || (inner == DType::F16 && grad == DType::F32)));
+  CTRL_ASSERT(saved.dtype == inner);
   const int64_t hd = D / H, TT = T * T, chunk = gpu_attention_sequences(B, H, T);
   const size_t esize = dtype_size(inner), gsize = dtype_size(grad);
   const float scale = 1.0f / std::sqrt(float(hd));

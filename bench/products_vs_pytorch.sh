@@ -1,0 +1,66 @@
+#!/bin/bash
+# The ops of a training step that hold its matrix products (a layer's four
+# linear layers, its attention, the output head with its loss), one at a
+# time, in ctrl (bench/step_products) and in PyTorch eager
+# (bench/pytorch_products.py) on the same device, shapes and precision, in
+# one run: where ctrl's step is faster or slower than PyTorch's, op by op.
+#
+# Output (RESULTS, a new temporary folder unless set): each side's JSON and
+# products-vs-pytorch.md, one table per preset and precision with ctrl's
+# speed-up on each op, forward and forward plus backward.
+#
+# Knobs (environment): PRESETS="small base" PRECISIONS="fp32 bf16" BATCH=8
+# DEVICE=cpu (or cuda, cuda:N) THREADS=2 (CPU: both sides) OP_SECONDS=0.2 (per
+# op and round) PRODUCTS=build/step_products PY (default .venv/bin/python,
+# else python3) RESULTS=<folder>.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PRESETS=${PRESETS:-small base}
+PRECISIONS=${PRECISIONS:-fp32 bf16}
+BATCH=${BATCH:-8}
+DEVICE=${DEVICE:-cpu}
+THREADS=${THREADS:-2}
+OP_SECONDS=${OP_SECONDS:-0.2}
+PRODUCTS=${PRODUCTS:-build/step_products}
+if [ -z "${PY:-}" ]; then
+  PY=python3
+  [ -x .venv/bin/python ] && PY=.venv/bin/python
+fi
+die() { echo "products_vs_pytorch: $*" >&2; exit 2; }
+[ -x "$PRODUCTS" ] || die "no step_products at $PRODUCTS (cmake --build build --target step_products, or set PRODUCTS=)"
+"$PY" -c 'import torch' 2>/dev/null || die "$PY cannot import torch (bash tools/setup_python.sh, or set PY=)"
+for p in $PRECISIONS; do [[ $p =~ ^(fp32|bf16|fp16)$ ]] || die "PRECISIONS: '$p' is not fp32, bf16 or fp16"; done
+for v in BATCH THREADS; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: expected a positive whole number"; done
+RESULTS=${RESULTS:-$(mktemp -d /tmp/products-vs-pytorch.XXXXXX)}
+mkdir -p "$RESULTS"
+
+cpu_args=()
+[[ $DEVICE == cpu ]] && cpu_args=(--threads "$THREADS")
+machine=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+flags=$(grep -o -w 'avx512f\|avx512_bf16\|amx_bf16' /proc/cpuinfo 2>/dev/null | sort -u | tr '\n' ' ' || true)
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+report=$RESULTS/products-vs-pytorch.md
+{
+  echo "# ctrl against PyTorch, op by op"
+  echo
+  echo "$(date -u +%Y-%m-%d), commit $commit, device $DEVICE; CPU $machine ($(nproc) CPUs; ${flags:-no AVX-512})."
+  echo "Each figure is the fastest of three rounds of about $OP_SECONDS s of calls; speed-up = PyTorch's time"
+  echo "over ctrl's. Command: \`PRESETS=\"$PRESETS\" PRECISIONS=\"$PRECISIONS\" BATCH=$BATCH DEVICE=$DEVICE THREADS=$THREADS bash bench/products_vs_pytorch.sh\`"
+  echo
+} >"$report.tmp"
+for preset in $PRESETS; do
+  for precision in $PRECISIONS; do
+    name=$preset-$precision
+    echo "products_vs_pytorch: $name: ctrl" >&2
+    "$PRODUCTS" --config "$preset" --device "$DEVICE" "${cpu_args[@]}" --seconds "$OP_SECONDS" \
+      --set train.micro_batch="$BATCH" --set train.precision="$precision" --json >"$RESULTS/ctrl-$name.json"
+    echo "products_vs_pytorch: $name: PyTorch" >&2
+    "$PY" bench/pytorch_products.py --preset "$preset" --batch "$BATCH" --precision "$precision" --device "$DEVICE" \
+      "${cpu_args[@]}" --seconds "$OP_SECONDS" --save "$RESULTS/pytorch-$name.json" \
+      --ctrl "$RESULTS/ctrl-$name.json" --markdown "$RESULTS/$name.md" >/dev/null
+    { echo "## $preset, $precision"; echo; cat "$RESULTS/$name.md"; echo; } >>"$report.tmp"
+  done
+done
+mv "$report.tmp" "$report"
+cat "$report"
+echo "products_vs_pytorch: $report" >&2
