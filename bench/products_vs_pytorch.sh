@@ -9,7 +9,11 @@
 # products-vs-pytorch.md, one table per preset and precision with ctrl's
 # speed-up on each op, forward and forward plus backward.
 #
-# Knobs (environment): PRESETS="small base" PRECISIONS="fp32 bf16" BATCH=8
+# ROUNDS (default 3) runs each side that many times as separate processes,
+# alternating which goes first, and the table takes each op's median: where
+# a process's buffers land moves an op's time by up to 15% on a 2-core VM.
+#
+# Knobs (environment): PRESETS="small base" PRECISIONS="fp32 bf16" BATCH=8 ROUNDS=3
 # DEVICE=cpu (or cuda, cuda:N) THREADS=2 (CPU: both sides) OP_SECONDS=0.2 (per
 # op and round) PRODUCTS=build/step_products PY (default .venv/bin/python,
 # else python3) RESULTS=<folder>.
@@ -18,6 +22,7 @@ cd "$(dirname "$0")/.."
 PRESETS=${PRESETS:-small base}
 PRECISIONS=${PRECISIONS:-fp32 bf16}
 BATCH=${BATCH:-8}
+ROUNDS=${ROUNDS:-3}
 DEVICE=${DEVICE:-cpu}
 THREADS=${THREADS:-2}
 OP_SECONDS=${OP_SECONDS:-0.2}
@@ -30,7 +35,7 @@ die() { echo "products_vs_pytorch: $*" >&2; exit 2; }
 [ -x "$PRODUCTS" ] || die "no step_products at $PRODUCTS (cmake --build build --target step_products, or set PRODUCTS=)"
 "$PY" -c 'import torch' 2>/dev/null || die "$PY cannot import torch (bash tools/setup_python.sh, or set PY=)"
 for p in $PRECISIONS; do [[ $p =~ ^(fp32|bf16|fp16)$ ]] || die "PRECISIONS: '$p' is not fp32, bf16 or fp16"; done
-for v in BATCH THREADS; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: expected a positive whole number"; done
+for v in BATCH THREADS ROUNDS; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: expected a positive whole number"; done
 RESULTS=${RESULTS:-$(mktemp -d /tmp/products-vs-pytorch.XXXXXX)}
 mkdir -p "$RESULTS"
 
@@ -45,19 +50,31 @@ report=$RESULTS/products-vs-pytorch.md
   echo
   echo "$(date -u +%Y-%m-%d), commit $commit, device $DEVICE; CPU $machine ($(nproc) CPUs; ${flags:-no AVX-512})."
   echo "Each figure is the fastest of three rounds of about $OP_SECONDS s of calls; speed-up = PyTorch's time"
-  echo "over ctrl's. Command: \`PRESETS=\"$PRESETS\" PRECISIONS=\"$PRECISIONS\" BATCH=$BATCH DEVICE=$DEVICE THREADS=$THREADS bash bench/products_vs_pytorch.sh\`"
+  echo "over ctrl's, each side's median over $ROUNDS processes. Command: \`PRESETS=\"$PRESETS\" PRECISIONS=\"$PRECISIONS\" BATCH=$BATCH ROUNDS=$ROUNDS DEVICE=$DEVICE THREADS=$THREADS bash bench/products_vs_pytorch.sh\`"
   echo
 } >"$report.tmp"
+# One process of each side, round $r of $name.
+run_ctrl() {
+  echo "products_vs_pytorch: $name round $r: ctrl" >&2
+  "$PRODUCTS" --config "$preset" --device "$DEVICE" "${cpu_args[@]}" --seconds "$OP_SECONDS" \
+    --set train.micro_batch="$BATCH" --set train.precision="$precision" --json >"$RESULTS/ctrl-$name-$r.json"
+}
+run_torch() {
+  echo "products_vs_pytorch: $name round $r: PyTorch" >&2
+  "$PY" bench/pytorch_products.py --preset "$preset" --batch "$BATCH" --precision "$precision" \
+    --device "$DEVICE" "${cpu_args[@]}" --seconds "$OP_SECONDS" --save "$RESULTS/pytorch-$name-$r.json"
+}
 for preset in $PRESETS; do
   for precision in $PRECISIONS; do
     name=$preset-$precision
-    echo "products_vs_pytorch: $name: ctrl" >&2
-    "$PRODUCTS" --config "$preset" --device "$DEVICE" "${cpu_args[@]}" --seconds "$OP_SECONDS" \
-      --set train.micro_batch="$BATCH" --set train.precision="$precision" --json >"$RESULTS/ctrl-$name.json"
-    echo "products_vs_pytorch: $name: PyTorch" >&2
+    ctrl_runs=() torch_runs=()
+    for r in $(seq 1 "$ROUNDS"); do  # odd rounds ctrl first, even rounds PyTorch first
+      if ((r % 2)); then run_ctrl; run_torch; else run_torch; run_ctrl; fi
+      ctrl_runs+=("$RESULTS/ctrl-$name-$r.json") torch_runs+=("$RESULTS/pytorch-$name-$r.json")
+    done
     "$PY" bench/pytorch_products.py --preset "$preset" --batch "$BATCH" --precision "$precision" --device "$DEVICE" \
-      "${cpu_args[@]}" --seconds "$OP_SECONDS" --save "$RESULTS/pytorch-$name.json" \
-      --ctrl "$RESULTS/ctrl-$name.json" --markdown "$RESULTS/$name.md" >/dev/null
+      --torch "$(IFS=,; echo "${torch_runs[*]}")" --ctrl "$(IFS=,; echo "${ctrl_runs[*]}")" \
+      --markdown "$RESULTS/$name.md" >/dev/null
     { echo "## $preset, $precision"; echo; cat "$RESULTS/$name.md"; echo; } >>"$report.tmp"
   done
 done

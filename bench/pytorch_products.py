@@ -17,12 +17,17 @@ Each op runs twice untimed, then three rounds of about --seconds; the fastest
 round counts, as in step_products. With --ctrl FILE (step_products --json
 from the same preset, micro-batch and precision) it prints both side by side
 with ctrl's speed-up on each op, and --markdown FILE writes that table.
+--ctrl and --torch take comma-separated lists of such files from several
+processes (bench/products_vs_pytorch.sh's ROUNDS; where a process's buffers
+land moves an op by up to 15% on a 2-core VM): the table takes each op's
+median over them, and --torch alone measures nothing.
 
 .venv/bin/python bench/pytorch_products.py --preset base --precision bf16 [--device cuda] [--ctrl ctrl.json]
 """
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -114,6 +119,16 @@ def measure(preset, batch, precision, device, seconds):
     return rows
 
 
+def medians(docs):
+    """One row per op with the median of each time over the documents' rows."""
+    rows = []
+    for first in docs[0]["rows"]:
+        same = [next(r for r in d["rows"] if r["op"] == first["op"]) for d in docs]
+        rows.append(dict(first, forward_s=statistics.median(r["forward_s"] for r in same),
+                         total_s=statistics.median(r["total_s"] for r in same)))
+    return rows
+
+
 def side_by_side(ctrl, torch_rows, title):
     by_op = {r["op"]: r for r in ctrl["rows"]}
     lines = [title, "",
@@ -134,6 +149,11 @@ def side_by_side(ctrl, torch_rows, title):
     return "\n".join(lines) + "\n"
 
 
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
 def write(path, text):
     """Whole or not at all: a temporary name, then a rename."""
     with open(path + ".tmp", "w") as f:
@@ -149,7 +169,8 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     ap.add_argument("--seconds", type=float, default=0.2)
-    ap.add_argument("--ctrl", help="step_products --json output of the same work, to print beside")
+    ap.add_argument("--ctrl", help="step_products --json output(s) of the same work, to print beside (a,b,...)")
+    ap.add_argument("--torch", help="this program's --save output(s) to report instead of measuring (a,b,...)")
     ap.add_argument("--markdown", help="write the side-by-side table (needs --ctrl) to this file")
     ap.add_argument("--json", action="store_true", help="print the measurements as JSON")
     ap.add_argument("--save", help="write the measurements as JSON to this file")
@@ -157,23 +178,30 @@ def main():
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 products as fp32, as ctrl's default
-    rows = measure(a.preset, a.batch, a.precision, a.device, a.seconds)
-    hardware = torch.cuda.get_device_name(a.device) if a.device.startswith("cuda") else \
-        f"{torch.get_num_threads()} threads"
-    doc = dict(program="pytorch_products", torch=torch.__version__, preset=a.preset, precision=a.precision,
+    if a.torch:
+        saved = [load(f) for f in a.torch.split(",")]
+        rows, hardware, version = medians(saved), saved[0]["hardware"], saved[0]["torch"]
+    else:
+        rows = measure(a.preset, a.batch, a.precision, a.device, a.seconds)
+        hardware = torch.cuda.get_device_name(a.device) if a.device.startswith("cuda") else \
+            f"{torch.get_num_threads()} threads"
+        version = torch.__version__
+    doc = dict(program="pytorch_products", torch=version, preset=a.preset, precision=a.precision,
                device=a.device, hardware=hardware, micro_batch=a.batch, rows=rows)
     if a.json:
         print(json.dumps(doc, indent=1))
     if a.save:
         write(a.save, json.dumps(doc, indent=1) + "\n")
     if a.ctrl:
-        with open(a.ctrl) as f:
-            ctrl = json.load(f)
-        if (ctrl["preset"], ctrl["precision"], ctrl["micro_batch"]) != (a.preset, a.precision, a.batch):
-            sys.exit(f"pytorch_products: {a.ctrl} is {ctrl['preset']} {ctrl['precision']} micro-batch "
-                     f"{ctrl['micro_batch']}, not {a.preset} {a.precision} {a.batch}")
+        runs = [load(f) for f in a.ctrl.split(",")]
+        for f, c in zip(a.ctrl.split(","), runs):
+            if (c["preset"], c["precision"], c["micro_batch"]) != (a.preset, a.precision, a.batch):
+                sys.exit(f"pytorch_products: {f} is {c['preset']} {c['precision']} micro-batch "
+                         f"{c['micro_batch']}, not {a.preset} {a.precision} {a.batch}")
+        ctrl = dict(runs[0], rows=medians(runs))
+        count = f", medians of {len(runs)} processes each" if len(runs) > 1 else ""
         title = (f"{a.preset}, {a.precision}, {a.batch} x {PRESETS[a.preset]['T']} tokens, {a.device}: ctrl "
-                 f"({ctrl['products']}, {ctrl['hardware']}) against PyTorch {torch.__version__} ({hardware})")
+                 f"({ctrl['products']}, {ctrl['hardware']}) against PyTorch {version} ({hardware}){count}")
         table = side_by_side(ctrl, rows, title)
         print(table)
         if a.markdown:

@@ -234,7 +234,7 @@ fi
 # slow in itself, and by how much against the peer.
 if want products; then
   phase products_medium_bf16 60 env PRODUCTS="$work/run/step_products" PY=python3 DEVICE=cuda PRESETS=medium \
-    PRECISIONS=bf16 BATCH=32 RESULTS="$out/products" bash bench/products_vs_pytorch.sh
+    PRECISIONS=bf16 BATCH=32 ROUNDS=1 RESULTS="$out/products" bash bench/products_vs_pytorch.sh
   [[ -f $out/products/products-vs-pytorch.md ]] && { echo; tail -n +3 "$out/products/products-vs-pytorch.md"; } >>"$results"
 fi
 
