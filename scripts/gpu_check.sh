@@ -216,9 +216,11 @@ want bench && for run in tiny:fp32 tiny:bf16 small:fp32 small:bf16 base:bf16 bas
     bench_row "$name"
   )
 done
-# Where a medium bf16 step's time goes (each op's GPU time between CUDA
-# events queued around it; the first H200 runs synchronised after every op
-# instead; `upload` is the model's initialisation): the table that showed
+# Where a medium bf16 step's time goes: each op's time between CUDA events
+# queued around it (which holds the host's launch time too where the GPU had
+# run dry; work queued outside any op is in no row, so the rows need not add
+# up to the step; the first H200 runs synchronised after every op instead;
+# `upload` is the model's initialisation's copies). The table that showed
 # attention's per-sequence launches on the first GPU run.
 if want bench; then
   phase profile_medium_bf16 40 "$work/run/ctrl" bench --device cuda --config medium --steps 3 --warmup 2 \

@@ -118,6 +118,7 @@ double CudaOps::measure_peak_gflops(bool bf16, double seconds) {
 int CudaOps::timer_mark() {
   if (timer_next_ == timer_events_.size()) {
     cudaEvent_t e = nullptr;
+    CTRL_CUDA(cudaSetDevice(device_));  // an event belongs to the device current at its creation: stream_'s
     CTRL_CUDA(cudaEventCreate(&e));
     timer_events_.push_back(e);
   }
