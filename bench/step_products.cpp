@@ -175,10 +175,7 @@ int run(int argc, char** argv) {
     add_row(
         "attention", dims({B, H, T, T, D / H}), 4.0 * double(B * T) * double(T * D),
         [&] { ops->attention_forward(out_low, keep, x, B, T, D, H); },
-        [&] {
-          ops->attention_backward(TensorRef(din_low.data, inner), TensorRef(g_low.data, inner), x, out_low, keep, B, T,
-                                  D, H);
-        });
+        [&] { ops->attention_backward(din_low, g_low, x, out_low, keep, B, T, D, H); });
   }
   {  // the output head and loss over the model's row chunks: forward alone (no dh), then with the backward
     const int64_t chunk_rows = std::min(N, kHeadChunkRows);
@@ -192,10 +189,9 @@ int run(int argc, char** argv) {
       ops->lm_head_loss(x, w, bias.f32(), targets.data(), N, D, V, 1.0f / float(N), dh, dh ? dw.f32() : nullptr,
                         dh ? db.f32() : nullptr, loss.data(), nullptr, scratch.data(), chunk_rows);
     };
-    const double f = time_per_call(
-                     *ops, [&] { head(nullptr); }, seconds),
-                 total = time_per_call(
-                     *ops, [&] { head(din_f32.f32()); }, seconds);
+    const auto forward = [&] { head(nullptr); };
+    const auto both = [&] { head(din_f32.f32()); };
+    const double f = time_per_call(*ops, forward, seconds), total = time_per_call(*ops, both, seconds);
     const double flops = 2.0 * double(N * D) * double(V);
     rows.push_back({{"op", "output head and loss"},
                     {"shape", dims({N, V, D})},
