@@ -166,7 +166,9 @@ std::vector<Case> attention_cases() {
                                                       {2, 100, 128, 2},
                                                       {1, 129, 128, 2, true},
                                                       {1, 256, 128, 2},
+                                                      {1, 17, 128, 2},
                                                       {1, 70, 160, 2},
+                                                      {1, 129, 160, 2, true},
                                                       {2, 65, 240, 3}}) {
       const std::string shape = " B" + std::to_string(B) + " T" + std::to_string(T) + " D" + std::to_string(D) + " H" +
                                 std::to_string(H) + (wide ? " wide" : "");
@@ -526,7 +528,7 @@ TEST(OpTable, CudaFusedAttentionMatchesTheCpuReference) {
   std::vector<Case> cases;
   for (Case& c : attention_cases())
     if (c.name.find(" bf16 ") != std::string::npos) cases.push_back(std::move(c));
-  EXPECT_EQ(cases.size(), 22u);
+  EXPECT_EQ(cases.size(), 26u);
   expect_within_bounds(*backend, cases, "cuda fused attention");
   expect_repeatable(*backend, cases, "cuda fused attention");
 }

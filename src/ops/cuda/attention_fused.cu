@@ -390,7 +390,8 @@ bool with_head_width(int64_t hd, F f) {
 }  // namespace
 
 bool CudaOps::fused_attention(DType inner, int64_t D, int64_t H) const {
-  if (!fused_attention_ || inner != DType::BF16 || D % 8 != 0) return false;  // the GPU: prepare_fused_attention
+  // The GPU: prepare_fused_attention. The kernels take D as H heads of D / H columns.
+  if (!fused_attention_ || inner != DType::BF16 || D % 8 != 0 || D % H != 0) return false;
   size_t shared = 0;
   const bool built = with_head_width(D / H, [&](auto width) { shared = fused_shared_bytes<decltype(width)::value>(); });
   return built && shared <= max_shared_optin_;
@@ -457,7 +458,9 @@ void CudaOps::fused_attention_forward(TensorRef out, TensorRef saved, TensorRef 
   auto* o = static_cast<uint16_t*>(out.data);
   auto* lse = static_cast<float*>(saved.data);
   const auto* in = static_cast<const uint16_t*>(qkv.data);
-  with_head_width(hd, [&](auto width) { launch_forward<decltype(width)::value>(stream_, o, lse, in, B, T, H, scale); });
+  const bool launched = with_head_width(
+      hd, [&](auto width) { launch_forward<decltype(width)::value>(stream_, o, lse, in, B, T, H, scale); });
+  CTRL_ASSERT(launched);  // fused_attention() admitted only the widths built
 }
 
 void CudaOps::fused_attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef out, TensorRef saved,
@@ -475,9 +478,10 @@ void CudaOps::fused_attention_backward(TensorRef dqkv, TensorRef dout, TensorRef
   auto* d = static_cast<uint16_t*>(dqkv.data);
   const auto* in = static_cast<const uint16_t*>(qkv.data);
   const auto* lse = static_cast<const float*>(saved.data);
-  with_head_width(hd, [&](auto width) {
+  const bool launched = with_head_width(hd, [&](auto width) {
     launch_backward<decltype(width)::value>(stream_, d, d_out, in, lse, dot, B, T, H, scale);
   });
+  CTRL_ASSERT(launched);
 }
 
 }  // namespace ctrl::cuda
