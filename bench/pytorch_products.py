@@ -172,7 +172,6 @@ def main():
     ap.add_argument("--ctrl", help="step_products --json output(s) of the same work, to print beside (a,b,...)")
     ap.add_argument("--torch", help="this program's --save output(s) to report instead of measuring (a,b,...)")
     ap.add_argument("--markdown", help="write the side-by-side table (needs --ctrl) to this file")
-    ap.add_argument("--json", action="store_true", help="print the measurements as JSON")
     ap.add_argument("--save", help="write the measurements as JSON to this file")
     a = ap.parse_args()
     if a.threads:
@@ -188,8 +187,6 @@ def main():
         version = torch.__version__
     doc = dict(program="pytorch_products", torch=version, preset=a.preset, precision=a.precision,
                device=a.device, hardware=hardware, micro_batch=a.batch, rows=rows)
-    if a.json:
-        print(json.dumps(doc, indent=1))
     if a.save:
         write(a.save, json.dumps(doc, indent=1) + "\n")
     if a.ctrl:
@@ -206,7 +203,7 @@ def main():
         print(table)
         if a.markdown:
             write(a.markdown, table)
-    elif not a.json and not a.save:
+    elif not a.save:
         for r in rows:
             print(f"{r['op']:22} {r['shape']:22} forward {r['forward_s'] * 1e3:9.3f} ms   "
                   f"+backward {r['total_s'] * 1e3:9.3f} ms")
