@@ -31,18 +31,19 @@ nice -n 10 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCTRL_NATIVE=OFF -
   -DCMAKE_C_FLAGS="-march=x86-64-v2" -DCTRL_WITH_CUDA=ON -DCTRL_WITH_MPI=OFF -DCTRL_CUDA_ARCHITECTURES="$archs" \
   "${launcher[@]}" >"$build.cmake.log" 2>&1 || { tail -30 "$build.cmake.log" >&2; exit 1; }
 mv "$build.cmake.log" "$build/cmake.log"
-nice -n 10 cmake --build "$build" -j "$jobs" --target ctrl ctrl_tests step_products
+binaries=(ctrl ctrl_tests step_products)  # what the GPU check runs
+nice -n 10 cmake --build "$build" -j "$jobs" --target "${binaries[@]}"
 echo "gpu_bundle: built in $(( $(date +%s) - start )) s"
 
 stage=$build/bundle
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/tests"
-cp "$build/ctrl" "$build/ctrl_tests" "$build/step_products" "$stage/bin/"
+for b in "${binaries[@]}"; do cp "$build/$b" "$stage/bin/"; done
 cp -r tests/fixtures tests/data "$stage/tests/"
-# Every library the two binaries load, except the C library's core (present on
+# Every library the binaries load, except the C library's core (present on
 # any Linux) and NVIDIA's (the GPU machine's driver and toolkit provide them).
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libcuda\.so|libcublas|libcublasLt|libcudart|libnvidia)'
-for bin in "$stage/bin/ctrl" "$stage/bin/ctrl_tests" "$stage/bin/step_products"; do
+for bin in "${binaries[@]/#/$stage/bin/}"; do
   ldd "$bin" | awk '/=> \// {print $1, $3}'
 done | sort -u | while read -r name path; do
   if [[ $name =~ $skip ]]; then continue; fi
@@ -51,7 +52,7 @@ done
 # The C library and loader too, in their own folder: gpu_check.sh runs the
 # binaries through them only if the GPU machine's C library is older.
 mkdir -p "$stage/glibc"
-for bin in "$stage/bin/ctrl" "$stage/bin/ctrl_tests" "$stage/bin/step_products"; do
+for bin in "${binaries[@]/#/$stage/bin/}"; do
   ldd "$bin" | awk '/(ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so)/ {print ($3 ~ /^\//) ? $3 : $1}'
 done | sort -u | while read -r path; do cp -L "$path" "$stage/glibc/"; done
 # What the binaries need from NVIDIA, for gpu_check.sh to find on the GPU
@@ -61,7 +62,7 @@ cuda_major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
 {
   echo "libcublasLt.so.$cuda_major"
   echo "libnccl.so.2"  # opened at run time by the NCCL communicator (multi-GPU, --zero 1)
-  for bin in "$stage/bin/ctrl" "$stage/bin/ctrl_tests" "$stage/bin/step_products"; do ldd "$bin" | awk '{print $1}'; done |
+  for bin in "${binaries[@]/#/$stage/bin/}"; do ldd "$bin" | awk '{print $1}'; done |
     grep -E '^(libcublas|libcudart)' || true
 } | awk '!seen[$0]++' >"$stage/nvidia-libs.txt"
 git rev-parse HEAD >"$stage/commit.txt" 2>/dev/null || echo unknown >"$stage/commit.txt"

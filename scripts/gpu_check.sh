@@ -86,7 +86,8 @@ export LD_LIBRARY_PATH="$work/lib${cuda_path:+:$cuda_path}${LD_LIBRARY_PATH:+:$L
 # The binaries run directly; if this machine's C library is older than the
 # build machine's, through the bundled loader and C library instead.
 mkdir -p "$work/run"
-for b in ctrl ctrl_tests step_products; do
+binaries="ctrl ctrl_tests step_products"  # the bundle's bin/ (scripts/gpu_bundle.sh)
+for b in $binaries; do
   printf '#!/bin/sh\nexec "%s" "$@"\n' "$work/bin/$b" >"$work/run/$b"
 done
 chmod +x "$work/run/"*
@@ -94,7 +95,7 @@ if ! "$work/run/ctrl" --version >"$out/version.txt" 2>&1 && grep -q GLIBC "$out/
   log "this machine's C library is too old for the bundle: using the bundled loader"
   driver_dir=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / {print $NF; exit}' | xargs -r dirname)
   lp="$work/glibc:$LD_LIBRARY_PATH${driver_dir:+:$driver_dir}"
-  for b in ctrl ctrl_tests step_products; do
+  for b in $binaries; do
     printf '#!/bin/sh\nexec "%s" --library-path "%s" "%s" "$@"\n' "$work/glibc/ld-linux-x86-64.so.2" "$lp" \
       "$work/bin/$b" >"$work/run/$b"
   done
