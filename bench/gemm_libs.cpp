@@ -1,6 +1,7 @@
 // gemm_libs: compares the GEMM libraries available as Debian packages on the
-// shapes one training step of the `small` preset runs, so that the engine's
-// GEMM layer (src/ops/cpu/gemm.cpp) is chosen by measurement.
+// shapes one training step of a preset runs (`small` unless --model says
+// otherwise), so that the engine's GEMM layer (src/ops/cpu/gemm.cpp) is chosen
+// by measurement.
 //
 // Shape letters: M rows of C, N columns of C, K the reduced dimension.
 // `small` preset: tokens 8*256 = 2048, D 384, F 1536, V 32000, head dim 64.
@@ -12,7 +13,9 @@
 // own ctrl::cpu::gemm_f32 / gemm_bf16 for comparison.
 //
 // Usage: gemm_libs [--threads 1,2] [--libs openblas,blis,dnnl_sgemm,dnnl_tiled,dnnl_matmul,ctrl]
-//                  [--seconds 0.1] [--rounds 3] [--shapes substring] [--model small|tiny]
+//                  [--seconds 0.1] [--rounds 3] [--shapes substring]
+//                  [--model small|tiny|base|medium] [--tokens N]   (rows of the
+//                                     linear layers' products; default 8 sequences)
 //                  [--idle-wait S]   (before each timing, wait up to S seconds
 //                                     until no other process is runnable; rows
 //                                     timed on a busy machine are marked '*')
@@ -67,11 +70,15 @@ struct Shape {
   int heads;  // > 0: `heads` independent products inside one omp parallel for
 };
 
-// The products of one training step of `small` (or of `tiny` at the
-// shared-machine benchmark's micro-batch of 8), plus attention and a square.
-std::vector<Shape> shapes(bool tiny) {
-  const int64_t T = tiny ? 1024 : 2048, D = tiny ? 256 : 384, F = 4 * D, V = tiny ? 8000 : 32000;
-  const int64_t ctx = tiny ? 128 : 256, heads = tiny ? 32 : 48;  // B*H products of ctx x ctx, head dim 64
+// The products of one training step of a preset's layer sizes (`tiny`,
+// `small`, `base` or `medium`) at `tokens` tokens per micro-batch (default: 8
+// sequences), plus attention and a square.
+std::vector<Shape> shapes(const std::string& model, int64_t tokens) {
+  const bool tiny = model == "tiny";
+  const int64_t D = tiny ? 256 : model == "small" ? 384 : model == "base" ? 768 : 1024;
+  const int64_t ctx = tiny ? 128 : 256, F = 4 * D, V = tiny ? 8000 : 32000;
+  const int64_t T = tokens > 0 ? tokens : 8 * ctx;
+  const int64_t heads = std::max<int64_t>(1, T / ctx) * (D / 64);  // B*H products of ctx x ctx, head dim 64
   const std::string h = " x" + std::to_string(heads) + " heads";
   return {
       {"qkv/proj fwd  x.W^T", false, true, T, D, D, 0.f, 0},
@@ -259,7 +266,8 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   std::string libs_arg = "openblas,blis,dnnl_sgemm,dnnl_matmul,ctrl";
   std::string shape_filter;
-  bool tiny = false;
+  std::string model = "small";
+  int64_t tokens = 0;
   double secs = 0.1;
   int rounds = 3;
   double idle_wait = 0;  // seconds to wait for an idle machine before each timing
@@ -279,11 +287,17 @@ int main(int argc, char** argv) {
     } else if (k == "--shapes") {
       shape_filter = v;
     } else if (k == "--model") {
-      if (v != "small" && v != "tiny") {
-        std::fprintf(stderr, "gemm_libs: --model %s: expected small or tiny\n", v.c_str());
+      if (v != "small" && v != "tiny" && v != "base" && v != "medium") {
+        std::fprintf(stderr, "gemm_libs: --model %s: expected tiny, small, base or medium\n", v.c_str());
         return 2;
       }
-      tiny = v == "tiny";
+      model = v;
+    } else if (k == "--tokens") {
+      tokens = std::atoll(v.c_str());
+      if (tokens < 1) {
+        std::fprintf(stderr, "gemm_libs: --tokens %s: expected a positive whole number\n", v.c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "gemm_libs: unknown flag %s\n", k.c_str());
       return 2;
@@ -414,7 +428,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<Shape> all;
-  for (auto& s : shapes(tiny))
+  for (auto& s : shapes(model, tokens))
     if (shape_filter.empty() || s.name.find(shape_filter) != std::string::npos) all.push_back(s);
 
   for (int nt : threads) {

@@ -154,6 +154,13 @@ TEST(Gemm, Bf16MatchesReferenceOnRoundedInputs) {
 TEST(Gemm, TrainingShapesMatchReference) {
   // The transposes the engine uses, at a size where the library blocks and threads.
   check_case<float>({false, true, 130, 96, 384, 1.f, 0.f, 0}, false);   // y = x·Wᵀ
+  // y = x·Wᵀ on both of its fp32 routes (gemm.cpp, sgemm_splits_poorly):
+  // oneDNN's matmul primitive for few rows or a long reduction, with alpha,
+  // beta and padding; dnnl_sgemm for many rows and for one token's row.
+  check_case<float>({false, true, 200, 96, 384, 0.5f, 1.f, 3}, false);
+  check_case<float>({false, true, 1030, 64, 96, 1.f, 1.f, 0}, false);
+  check_case<float>({false, true, 1030, 128, 64, 1.f, 0.f, 0}, false);
+  check_case<float>({false, true, 8, 2048, 384, 1.f, 1.f, 0}, false);
   check_case<float>({false, false, 130, 384, 96, 1.f, 0.f, 0}, false);  // dx = dy·W
   check_case<float>({true, false, 96, 384, 130, 1.f, 1.f, 0}, false);   // dW += dyᵀ·x
   on_both_bf16_paths([] {
@@ -235,7 +242,8 @@ TEST(Gemm, DeterministicForFixedThreadCount) {
     bool ta, tb;
     int64_t M, N, K;
   };
-  for (const S s : {S{false, false, 16, 16, 8192}, S{true, false, 384, 64, 2048}, S{false, true, 512, 384, 384}}) {
+  for (const S s : {S{false, false, 16, 16, 8192}, S{true, false, 384, 64, 2048}, S{false, true, 512, 384, 384},
+                    S{false, true, 1030, 128, 64}}) {
     const int64_t ra = s.ta ? s.K : s.M, ca = s.ta ? s.M : s.K;
     const int64_t rb = s.tb ? s.N : s.K, cb = s.tb ? s.K : s.N;
     const auto a = random_floats(ra * ca, 3), b = random_floats(rb * cb, 4);

@@ -2,7 +2,9 @@
 //
 // fp32 uses dnnl_sgemm: JIT AVX-512 kernels, no per-shape object, and it runs
 // single-threaded by itself inside an OpenMP parallel region. It measured as
-// fast as or faster than oneDNN's matmul primitive on most training shapes.
+// fast as or faster than oneDNN's matmul primitive on most training shapes;
+// the products x·Wᵀ that it splits poorly over the threads go through the
+// primitive (sgemm_splits_poorly below).
 // bf16 uses oneDNN's matmul primitive (the public bf16 path; AVX512-BF16 /
 // AMX kernels JIT-compiled for the exact shape and strides). Primitives are
 // created once per (transposes, shape, leading dimensions, alpha, beta,
@@ -219,8 +221,9 @@ void reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
 }
 
 std::atomic<bool> tile_products{false};
-// Products of fewer multiply-adds stay whole: tiling buys nothing there.
-constexpr int64_t kMinTiledProduct = int64_t(1) << 22;
+// Products of fewer multiply-adds stay whole and with dnnl_sgemm: tiling or a
+// primitive buys nothing there.
+constexpr int64_t kSmallProduct = int64_t(1) << 22;
 
 // Runs `tile(i, j, m, n)` for C's tiles (row i, column j, m x n), handed out
 // dynamically; false, having run nothing, when the products are not tiled.
@@ -228,13 +231,28 @@ template <class Tile>
 bool run_tiled(int64_t M, int64_t N, int64_t K, Tile&& tile) {
   if (!tile_products.load(std::memory_order_relaxed) || omp_in_parallel()) return false;
   const int64_t tm = (M + kTileRows - 1) / kTileRows, tn = (N + kTileCols - 1) / kTileCols;
-  if (tm * tn < 2 || M * N * K < kMinTiledProduct) return false;
+  if (tm * tn < 2 || M * N * K < kSmallProduct) return false;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < tm * tn; ++t) {
     const int64_t i = t / tn * kTileRows, j = t % tn * kTileCols;
     tile(i, j, std::min(kTileRows, M - i), std::min(kTileCols, N - j));
   }
   return true;
+}
+
+// Whether a multi-threaded fp32 product goes through oneDNN's matmul primitive
+// instead of dnnl_sgemm: the form x·Wᵀ (every linear layer's forward) where
+// sgemm splits it poorly over the threads, with 16 to 1,023 rows (micro-batches
+// of under 1,024 tokens, prompts) or a reduction longer than the output (the
+// feed-forward's second layer). Measured on a Zen 4 at 2 threads
+// (bench/results/fp32-forward-route-zen4-2026-12-05.md): there sgemm ran such
+// products at 0.2-0.85x of the primitive's rate, and the others at 1.0-1.09x.
+// Below 16 rows (generation's one token) sgemm is up to 4x faster; products
+// inside a parallel region (attention's heads, the head's blocks, tiles) gained
+// nothing in a step, so they stay with sgemm.
+bool sgemm_splits_poorly(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
+  if (ta || !tb || omp_in_parallel() || M < 16 || M * N * K < kSmallProduct) return false;
+  return M < 1024 || K > N;
 }
 
 }  // namespace
@@ -252,6 +270,11 @@ void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, co
                  C + i * ldc + j, ldc);
       }))
     return;
+  if (sgemm_splits_poorly(ta, tb, M, N, K)) {
+    const Key k{false, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, current_threads()};
+    CTRL_ASSERT(run(k, A, B, C));  // fp32 matmul always has an implementation
+    return;
+  }
   // fp32: oneDNN's sgemm (JIT AVX-512 kernels, no primitive to create); it
   // runs single-threaded by itself inside an OpenMP parallel region.
   const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
