@@ -246,7 +246,7 @@ bool run_tiled(int64_t M, int64_t N, int64_t K, Tile&& tile) {
 // of under 1,024 tokens, prompts) or a reduction longer than the output (the
 // feed-forward's second layer). Measured on a Zen 4 at 2 threads
 // (bench/results/fp32-forward-route-zen4-2026-12-05.md): there sgemm ran such
-// products at 0.2-0.85x of the primitive's rate, and the others at 1.0-1.09x.
+// products at 0.2-0.97x of the primitive's rate, and the others at 1.0-1.1x.
 // Below 16 rows (generation's one token) sgemm is up to 4x faster; products
 // inside a parallel region (attention's heads, the head's blocks, tiles) gained
 // nothing in a step, so they stay with sgemm.
