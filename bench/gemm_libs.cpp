@@ -14,8 +14,9 @@
 //
 // Usage: gemm_libs [--threads 1,2] [--libs openblas,blis,dnnl_sgemm,dnnl_tiled,dnnl_matmul,ctrl]
 //                  [--seconds 0.1] [--rounds 3] [--shapes substring]
-//                  [--model small|tiny|base|medium] [--tokens N]   (rows of the
-//                                     linear layers' products; default 8 sequences)
+//                  [--model PRESET|FILE] [--tokens N]   (a preset's or config
+//                                     file's layer sizes, default small; rows of
+//                                     the linear layers' products, default 8 sequences)
 //                  [--idle-wait S]   (before each timing, wait up to S seconds
 //                                     until no other process is runnable; rows
 //                                     timed on a busy machine are marked '*')
@@ -45,6 +46,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
+#include "model/config.h"
 #include "ops/cpu/gemm.h"
 
 // OpenBLAS's cblas.h would clash with blis.h, which declares the same
@@ -70,15 +73,12 @@ struct Shape {
   int heads;  // > 0: `heads` independent products inside one omp parallel for
 };
 
-// The products of one training step of a preset's layer sizes (`tiny`,
-// `small`, `base` or `medium`) at `tokens` tokens per micro-batch (default: 8
-// sequences), plus attention and a square.
-std::vector<Shape> shapes(const std::string& model, int64_t tokens) {
-  const bool tiny = model == "tiny";
-  const int64_t D = tiny ? 256 : model == "small" ? 384 : model == "base" ? 768 : 1024;
-  const int64_t ctx = tiny ? 128 : 256, F = 4 * D, V = tiny ? 8000 : 32000;
+// The products of one training step of a model's layer sizes at `tokens`
+// tokens per micro-batch (default: 8 sequences), plus attention and a square.
+std::vector<Shape> shapes(const ctrl::ModelConfig& m, int64_t tokens) {
+  const int64_t D = m.d_model, F = m.d_ff, V = m.vocab_size, ctx = m.n_ctx, hd = D / m.n_head;
   const int64_t T = tokens > 0 ? tokens : 8 * ctx;
-  const int64_t heads = std::max<int64_t>(1, T / ctx) * (D / 64);  // B*H products of ctx x ctx, head dim 64
+  const int64_t heads = std::max<int64_t>(1, T / ctx) * m.n_head;  // B*H products of ctx x ctx
   const std::string h = " x" + std::to_string(heads) + " heads";
   return {
       {"qkv/proj fwd  x.W^T", false, true, T, D, D, 0.f, 0},
@@ -91,9 +91,9 @@ std::vector<Shape> shapes(const std::string& model, int64_t tokens) {
       {"logits fwd    x.E^T", false, true, T, V, D, 0.f, 0},
       {"logits dx     dy.E", false, false, T, D, V, 0.f, 0},
       {"logits dE     dy^T.x", true, false, V, D, T, 1.f, 0},
-      {"attn q.k^T " + h, false, true, ctx, ctx, 64, 0.f, int(heads)},
-      {"attn p.v   " + h, false, false, ctx, 64, ctx, 0.f, int(heads)},
-      {"attn dp^T.q" + h, true, false, ctx, 64, ctx, 0.f, int(heads)},
+      {"attn q.k^T " + h, false, true, ctx, ctx, hd, 0.f, int(heads)},
+      {"attn p.v   " + h, false, false, ctx, hd, ctx, 0.f, int(heads)},
+      {"attn dp^T.q" + h, true, false, ctx, hd, ctx, 0.f, int(heads)},
       {"square 2048^3", false, false, 2048, 2048, 2048, 0.f, 0},
   };
 }
@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   std::string libs_arg = "openblas,blis,dnnl_sgemm,dnnl_matmul,ctrl";
   std::string shape_filter;
-  std::string model = "small";
+  ctrl::ModelConfig model = ctrl::load_config("small").model;
   int64_t tokens = 0;
   double secs = 0.1;
   int rounds = 3;
@@ -287,11 +287,12 @@ int main(int argc, char** argv) {
     } else if (k == "--shapes") {
       shape_filter = v;
     } else if (k == "--model") {
-      if (v != "small" && v != "tiny" && v != "base" && v != "medium") {
-        std::fprintf(stderr, "gemm_libs: --model %s: expected tiny, small, base or medium\n", v.c_str());
+      try {
+        model = ctrl::load_config(v).model;
+      } catch (const ctrl::Error& e) {
+        std::fprintf(stderr, "gemm_libs: --model: %s\n", e.what());
         return 2;
       }
-      model = v;
     } else if (k == "--tokens") {
       tokens = std::atoll(v.c_str());
       if (tokens < 1) {

@@ -86,7 +86,7 @@ export LD_LIBRARY_PATH="$work/lib${cuda_path:+:$cuda_path}${LD_LIBRARY_PATH:+:$L
 # The binaries run directly; if this machine's C library is older than the
 # build machine's, through the bundled loader and C library instead.
 mkdir -p "$work/run"
-binaries="ctrl ctrl_tests step_products"  # the bundle's bin/ (scripts/gpu_bundle.sh)
+binaries=$(ls "$work/bin")  # what scripts/gpu_bundle.sh packed
 for b in $binaries; do
   printf '#!/bin/sh\nexec "%s" "$@"\n' "$work/bin/$b" >"$work/run/$b"
 done
