@@ -75,15 +75,13 @@ TEST(Backend, CudaRequestedButAbsentFailsWithOneClearLine) {
 }
 
 TEST(Backend, CtrlDeviceReplacesTheDefaultCpuBackend) {
-  const char* saved = std::getenv("CTRL_DEVICE");
-  const std::string before = saved ? saved : "";
-  setenv("CTRL_DEVICE", "checked", 1);
-  EXPECT_STREQ(make_ops("cpu")->name(), "checked");
-  setenv("CTRL_DEVICE", "cpu", 1);
+  {
+    test_support::ScopedEnv device("CTRL_DEVICE", "checked");
+    EXPECT_STREQ(make_ops("cpu")->name(), "checked");
+  }
+  test_support::ScopedEnv device("CTRL_DEVICE", "cpu");
   EXPECT_STREQ(make_ops("checked")->name(), "checked");  // an explicit other backend stays
   EXPECT_STREQ(make_ops("cpu")->name(), "cpu");
-  if (saved) setenv("CTRL_DEVICE", before.c_str(), 1);
-  else unsetenv("CTRL_DEVICE");
 }
 
 class EveryBackend : public ::testing::TestWithParam<std::string> {};

@@ -63,9 +63,7 @@ TEST(Sysinfo, PeakRssResetsToTheCurrentResidentMemory) {
 // The memory check counts the threads the backend will start with: OMP_NUM_THREADS
 // (a list's first number) when it is a positive number, else the usable CPUs.
 TEST(Sysinfo, DefaultCpuThreadsFollowOmpNumThreads) {
-  const char* saved = std::getenv("OMP_NUM_THREADS");
-  const std::string before = saved ? saved : "";
-  setenv("OMP_NUM_THREADS", "7", 1);
+  test_support::ScopedEnv threads("OMP_NUM_THREADS", "7");
   EXPECT_EQ(ctrl::default_cpu_threads(), 7);
   setenv("OMP_NUM_THREADS", "3,1", 1);  // nested levels: the outer one
   EXPECT_EQ(ctrl::default_cpu_threads(), 3);
@@ -75,7 +73,6 @@ TEST(Sysinfo, DefaultCpuThreadsFollowOmpNumThreads) {
   }
   unsetenv("OMP_NUM_THREADS");
   EXPECT_EQ(ctrl::default_cpu_threads(), ctrl::usable_cpus());
-  if (saved) setenv("OMP_NUM_THREADS", before.c_str(), 1);
 }
 
 // A fake cgroup tree: the process's own group and its ancestors are read, v2 and v1 alike.

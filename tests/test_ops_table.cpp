@@ -510,14 +510,10 @@ TEST(OpTable, CudaFusedAttentionMatchesTheCpuReference) {
   if (const int sm = cuda::compute_capability(0); sm < 80)
     GTEST_SKIP() << "the fused attention needs sm_80 or newer (bf16 tensor cores); GPU 0 is sm_" << sm;
 #endif
-  const char* before = std::getenv("CTRL_CUDA_ATTENTION");
-  const std::string saved = before ? before : "";
-  setenv("CTRL_CUDA_ATTENTION", "fused", 1);
-  auto backend = make_ops("cuda");
-  if (before)
-    setenv("CTRL_CUDA_ATTENTION", saved.c_str(), 1);
-  else
-    unsetenv("CTRL_CUDA_ATTENTION");
+  auto backend = [] {
+    test_support::ScopedEnv fused("CTRL_CUDA_ATTENTION", "fused");
+    return make_ops("cuda");
+  }();
   // The fused kernels are in use for bf16 at heads of 64 and 80 (row
   // statistics saved), not for fp32, fp16 or heads of 4.
   EXPECT_EQ(backend->attention_saved_bytes(2, 100, 128, 2, DType::BF16), size_t(2 * 2 * 100 * 4));

@@ -226,6 +226,66 @@ TEST(Plan, GpuBenchsPeakDeviceMemoryIsWhatThePlanCounts) {
   }
 }
 
+// CTRL_CUDA_ATTENTION=fused: the CUDA backend's fused kernels keep one fp32
+// log-sum-exp per row and head instead of the softmax, and their only scratch
+// is the backward's row dots instead of the chunk's copies and scores. A GPU
+// plan counts what the run will have; a CPU plan, fp32 and heads the kernels
+// are not built for keep the softmax.
+TEST(Plan, GpuPlanCountsTheFusedAttentionWhereTheRunUsesIt) {
+  const Config c = config_of("medium", {"train.precision=bf16", "train.micro_batch=8", "train.global_batch=8"});
+  const uint64_t B = 8, T = uint64_t(c.model.n_ctx), D = uint64_t(c.model.d_model), H = uint64_t(c.model.n_head),
+                 L = uint64_t(c.model.n_layer);
+  ASSERT_EQ(c.model.recompute, "none");
+  auto has_note = [](const plan::Plan& p, const std::string& text) {
+    return std::any_of(p.notes.begin(), p.notes.end(),
+                       [&](const std::string& n) { return n.find(text) != std::string::npos; });
+  };
+  const plan::Plan unfused = plan::make_plan(gpu_request(c, "H100-80GB", 1));
+  const uint64_t unfused_scratch = plan::gpu_scratch_bytes(c, 8), unfused_buffers = plan::gpu_buffer_bytes(c, 8);
+  const uint64_t cpu_unfused = plan::memory_for(c, 8, 1, 0).buffers();
+  test_support::ScopedEnv fused_env("CTRL_CUDA_ATTENTION", "fused");
+  const plan::Plan fused = plan::make_plan(gpu_request(c, "H100-80GB", 1));
+
+  // Each layer: the bf16 softmax B·H·T·T gives way to B·H·T fp32 (both 64-byte multiples here).
+  const uint64_t softmax = B * H * T * T * 2, lse = B * H * T * 4;
+  EXPECT_EQ(unfused.memory.activations - fused.memory.activations, L * (softmax - lse));
+  // The attention chunk (all 8 sequences: their scores take 32 MiB) keeps q, k, v and their
+  // gradients, the output gradient, fp32 scores and bf16 dS; the fused backward only its row dots.
+  const uint64_t chunk = B * T * 3 * D * 2 * 2 + B * T * D * 2 + B * H * T * T * (4 + 2);
+  EXPECT_EQ(unfused_scratch - plan::gpu_scratch_bytes(c, 8), chunk - B * T * H * 4);
+  EXPECT_EQ(fused.memory.gpu_scratch, plan::gpu_scratch_bytes(c, 8));
+  EXPECT_EQ(unfused_buffers - plan::gpu_buffer_bytes(c, 8), L * (softmax - lse) + chunk - B * T * H * 4);
+  EXPECT_GT(fused.largest_micro_batch, unfused.largest_micro_batch);
+  EXPECT_TRUE(has_note(fused, "CTRL_CUDA_ATTENTION=fused: each layer keeps")) << fused.notes.size();
+  EXPECT_FALSE(has_note(unfused, "CTRL_CUDA_ATTENTION"));
+
+  // The CPU keeps the softmax whatever the variable says, also for a config that names cuda.
+  EXPECT_EQ(plan::memory_for(c, 8, 1, 0).buffers(), cpu_unfused);
+  Config names_cuda = c;
+  names_cuda.train.device = "cuda";
+  const plan::Plan cpu = plan::make_plan(cpu_request(names_cuda, 64));
+  EXPECT_EQ(cpu.memory.activations, plan::memory_for(c, cpu.micro_batch, 1, 0).activations);
+
+  // fp32, and bf16 heads of 32 columns: the kernels do not apply, and the plan says why.
+  for (const Config& other : {config_of("medium", {"train.precision=fp32"}),
+                              config_of("medium", {"train.precision=bf16", "model.n_head=32"})}) {
+    const plan::Plan p = plan::make_plan(gpu_request(other, "H100-80GB", 1));
+    test_support::ScopedEnv unset("CTRL_CUDA_ATTENTION", nullptr);
+    const plan::Plan without = plan::make_plan(gpu_request(other, "H100-80GB", 1));
+    EXPECT_EQ(p.memory.total(), without.memory.total()) << other.train.precision << " H" << other.model.n_head;
+    EXPECT_TRUE(has_note(p, "CTRL_CUDA_ATTENTION=fused does not apply")) << other.train.precision;
+  }
+
+  // Any other value is refused, as the backend refuses it.
+  test_support::ScopedEnv bad("CTRL_CUDA_ATTENTION", "flash");
+  try {
+    plan::make_plan(gpu_request(c, "H100-80GB", 1));
+    ADD_FAILURE() << "CTRL_CUDA_ATTENTION=flash was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "CTRL_CUDA_ATTENTION=flash: expected fused or unfused");
+  }
+}
+
 TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
   if (test_support::test_backend_is_gpu())
     GTEST_SKIP() << "a CPU run's peak host memory: a GPU run keeps its buffers on the GPU";

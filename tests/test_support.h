@@ -35,6 +35,31 @@ inline int run_shell(const std::string& cmd, std::string* out) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// Sets (or, with nullptr, unsets) an environment variable for its lifetime
+// and restores what was there before, also when an assertion returns early.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* before = std::getenv(name)) had_ = true, before_ = before;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_.c_str(), before_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, before_;
+  bool had_ = false;
+};
+
 // The source tree and the ctrl binary: compiled in, or CTRL_TEST_SOURCE_DIR /
 // CTRL_TEST_BINARY when the tests run from a bundle unpacked elsewhere
 // (scripts/gpu_check.sh on a GPU machine).

@@ -18,7 +18,8 @@ namespace {
 
 const char* kUsage =
     "usage: ctrl plan --config FILE|PRESET --tokens N [--set section.key=value]... [--precision fp32|bf16|fp16]\n"
-    "                 (--hardware cpu | --machine BENCH.json | --gpu NAME [--gpus N] [--nodes M] [--machine BENCH.json])\n"
+    "                 (--hardware cpu | --machine BENCH.json | --gpu NAME [--gpus N] [--nodes M] [--machine "
+    "BENCH.json])\n"
     "                 [--micro-batch B] [--zero 0|1] [--network-gbps G] [--mfu U] [--memory-gb G]\n"
     "                 [--price-per-hour P] [--teacher CKPT] [--json]\n\n"
     "Says whether a model trains on the given hardware before anyone rents it: parameters, memory per\n"
@@ -38,7 +39,9 @@ const char* kUsage =
     "  --memory-gb G       CPU memory instead of this machine's\n"
     "  --price-per-hour P  per GPU (or per machine for CPUs); adds the cost\n"
     "  --teacher CKPT      distillation (ctrl train --teacher): counts the teacher's forward-only model in\n"
-    "                      memory and its forward pass in the FLOPs of every step (also train.teacher)\n";
+    "                      memory and its forward pass in the FLOPs of every step (also train.teacher)\n"
+    "With CTRL_CUDA_ATTENTION=fused in the environment, as for the run, a GPU plan counts the fused\n"
+    "attention's memory where its kernels apply (bf16, heads of 64 or 80 columns).\n";
 
 int run(const std::vector<std::string>& argv) {
   Args args("plan", kUsage);

@@ -1,6 +1,7 @@
 #include "model/layout.h"
 
 #include <algorithm>
+#include <array>
 
 #include "core/error.h"
 #include "ops/cpu/gemm.h"
@@ -108,7 +109,8 @@ DType activation_dtype(const std::string& precision) {
 int64_t cpu_head_vocab_block() { return kCpuHeadVocabBlock; }
 int64_t cpu_tile_operand_rows() { return cpu::kTileRows + cpu::kTileCols; }
 
-ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType low, int64_t T, const Ops* ops) {
+ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType low, int64_t T,
+                                        const AttentionSavedBytes& attention_saved_bytes) {
   ActivationLayout a;
   a.dtype = low;
   a.inner = low == DType::BF16 ? DType::BF16 : DType::F32;
@@ -116,8 +118,8 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
   a.T = T > 0 ? T : c.n_ctx;
   const size_t N = size_t(B) * size_t(a.T), D = size_t(c.d_model), F = size_t(c.d_ff);
   const size_t E = size_t(embedding_width(c));
-  const size_t attention_saved =
-      ops ? ops->attention_saved_bytes(B, a.T, c.d_model, c.n_head, low) : attention_probs_bytes(B, a.T, c.n_head, low);
+  const size_t attention_saved = attention_saved_bytes ? attention_saved_bytes(B, a.T, c.d_model, c.n_head, low)
+                                                       : attention_probs_bytes(B, a.T, c.n_head, low);
   const bool factorized = c.embedding_dim > 0;
   const bool cheap = c.recompute == "cheap", whole_layers = c.recompute == "layers";
   size_t at = 0;
@@ -203,10 +205,43 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
   return a;
 }
 
-uint64_t cuda_scratch_bytes(const ModelConfig& m, int64_t micro_batch, DType low, const ModelConfig* teacher) {
+namespace {
+// The attention's scratch slots in the CUDA backend (attention.cu,
+// attention_fused.cu), in bytes, for model x at micro-batch B: the backward's
+// (which holds the forward's), or the forward's alone (a teacher's).
+enum { kHeadsIn, kHeadsOut, kHeadsGrad, kScores, kGradS, kRowDot, kAttentionSlots };
+std::array<uint64_t, kAttentionSlots> cuda_attention_slots(const ModelConfig& x, uint64_t B, DType low, bool fused,
+                                                           bool backward) {
+  std::array<uint64_t, kAttentionSlots> s{};
+  const uint64_t T = uint64_t(x.n_ctx), D = uint64_t(x.d_model), H = uint64_t(x.n_head);
+  if (fused && cuda_fused_attention_shape(low, int64_t(D), int64_t(H))) {
+    if (backward) s[kRowDot] = B * T * H * 4;
+    return s;
+  }
+  // q, k, v (in their type) and their gradients (fp16's in fp32) in the
+  // heads-major layout, fp32 scores, and under mixed precision dS in the 16-bit type.
+  const bool sixteen = low != DType::F32;
+  const uint64_t seqs = uint64_t(gpu_attention_sequences(int64_t(B), int64_t(H), int64_t(T)));
+  const uint64_t in = sixteen ? 2 : 4, grad = low == DType::BF16 ? 2 : 4, scores = seqs * H * T * T;
+  s[kHeadsIn] = seqs * T * 3 * D * in;
+  if (!backward) {
+    s[kHeadsOut] = seqs * T * D * in;
+    s[kScores] = sixteen ? scores * 4 : 0;
+    return s;
+  }
+  s[kHeadsOut] = seqs * T * 3 * D * grad;
+  s[kHeadsGrad] = seqs * T * D * in;
+  s[kScores] = scores * 4;
+  s[kGradS] = sixteen ? scores * in : 0;
+  return s;
+}
+}  // namespace
+
+uint64_t cuda_scratch_bytes(const ModelConfig& m, int64_t micro_batch, DType low, const ModelConfig* teacher,
+                            bool fused_attention) {
   const bool bf16 = low == DType::BF16, fp16 = low == DType::F16;
   const uint64_t B = uint64_t(micro_batch), T = uint64_t(m.n_ctx), D = uint64_t(m.d_model), F = uint64_t(m.d_ff),
-                 H = uint64_t(m.n_head), V = uint64_t(m.vocab_size), E = uint64_t(embedding_width(m)), N = B * T,
+                 V = uint64_t(m.vocab_size), E = uint64_t(embedding_width(m)), N = B * T,
                  ld = uint64_t(head_row_stride(m.vocab_size));
   auto chunks = [](uint64_t rows) { return (rows + 63) / 64; };  // column sums' row chunks (ops/cuda/common.cuh)
   // The head (lm_head.cu): without a teacher its own chunk when larger than the caller's.
@@ -215,12 +250,14 @@ uint64_t cuda_scratch_bytes(const ModelConfig& m, int64_t micro_batch, DType low
   const bool sixteen = bf16 || fp16;
   uint64_t head = (rows > caller_rows ? rows * ld * 4 : 0) + (sixteen ? rows * ld * 2 : 0) + N * 8;
   if (teacher) head += N * 8;  // the KL per row
-  // Attention (attention.cu): q, k, v (in their type) and their gradients (fp16's in fp32) in the
-  // heads-major layout, fp32 scores, and under mixed precision dS in the 16-bit type.
-  const uint64_t seqs = uint64_t(gpu_attention_sequences(int64_t(B), int64_t(H), int64_t(T)));
-  const uint64_t in = sixteen ? 2 : 4, grad = bf16 ? 2 : 4, scores = seqs * H * T * T;
-  const uint64_t attention =
-      seqs * T * 3 * D * (in + grad) + seqs * T * D * in + scores * 4 + (sixteen ? scores * 2 : 0);
+  // Attention: each slot keeps its larger size, the student's backward's or the teacher's forward's.
+  auto slots = cuda_attention_slots(m, B, low, fused_attention, true);
+  if (teacher) {
+    const auto forward = cuda_attention_slots(*teacher, B, low, fused_attention, false);
+    for (int i = 0; i < kAttentionSlots; ++i) slots[i] = std::max(slots[i], forward[i]);
+  }
+  uint64_t attention = 0;
+  for (uint64_t bytes : slots) attention += bytes;
   // Linear backward (linear.cpp): a 16-bit copy of an fp32 output gradient (bf16: the
   // residual stream's gradient into the projections; fp16: every layer's).
   const uint64_t rounded = bf16 ? N * std::max(D, E) * 2 : fp16 ? N * std::max({3 * D, F, E}) * 2 : 0;

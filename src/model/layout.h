@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,8 +13,6 @@
 #include "model/config.h"
 
 namespace ctrl {
-
-class Ops;  // ops/ops.h
 
 // Offsets are rounded up to this many elements (64 bytes of fp32) for SIMD.
 constexpr size_t kAlignElements = 16;
@@ -122,10 +121,13 @@ struct ActivationLayout {
 // LayerNorm statistics and the logits chunk stay fp32. Offsets and totals count
 // 4-byte units, so a 16-bit slot takes half the room. Rows are micro_batch
 // sequences of `T` tokens (0: n_ctx); decoding (Model::decode) needs one row.
-// Each layer's attention_saved takes ops->attention_saved_bytes(); without a
-// backend, the softmax (B·H·T·T of `low`).
+// Each layer's attention_saved takes attention_saved(B, T, D, H, low) bytes:
+// the backend's Ops::attention_saved_bytes, or for a planned GPU run
+// cuda_attention_saved_bytes (ops/gpu_scratch.h); when empty, the softmax
+// (B·H·T·T of `low`), as the CPU keeps it.
+using AttentionSavedBytes = std::function<size_t(int64_t B, int64_t T, int64_t D, int64_t H, DType qkv_type)>;
 ActivationLayout make_activation_layout(const ModelConfig& config, int64_t micro_batch, DType low = DType::F32,
-                                        int64_t T = 0, const Ops* ops = nullptr);
+                                        int64_t T = 0, const AttentionSavedBytes& attention_saved = {});
 // The activation type of a precision name ("fp32" -> F32, "bf16" -> BF16).
 DType activation_dtype(const std::string& precision);
 
@@ -136,8 +138,11 @@ DType activation_dtype(const std::string& precision);
 // dS; the 16-bit copy of an fp32 output gradient;
 // column-sum partials; the embedding's sort keys; 16-bit bias copies; the
 // position table and cuBLASLt's workspace. `low` as make_activation_layout's.
+// With fused_attention (CTRL_CUDA_ATTENTION=fused), attention of the shapes
+// the fused kernels take keeps only the backward's row dots instead of the
+// chunk's copies and scores. A teacher's forward shares the attention's slots.
 uint64_t cuda_scratch_bytes(const ModelConfig& config, int64_t micro_batch, DType low,
-                            const ModelConfig* teacher = nullptr);
+                            const ModelConfig* teacher = nullptr, bool fused_attention = false);
 
 // Floating-point operations of one training step per token (forward and
 // backward, matrix products and attention), for throughput figures: the

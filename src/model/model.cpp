@@ -19,7 +19,10 @@ Model::Model(const ModelConfig& config, Ops& ops, int64_t max_batch, DType low, 
     : config_(config),
       ops_(ops),
       layout_(make_param_layout(config)),
-      acts_layout_(make_activation_layout(config, max_batch, low, max_T, &ops)) {
+      acts_layout_(make_activation_layout(config, max_batch, low, max_T,
+                                          [&ops](int64_t B, int64_t T, int64_t D, int64_t H, DType type) {
+                                            return ops.attention_saved_bytes(B, T, D, H, type);
+                                          })) {
   CTRL_ASSERT(low == DType::F32 || low == DType::BF16 || low == DType::F16);
   params = DeviceArray<float>(ops, layout_.total, "model.params");
   if (with_gradients) grads = DeviceArray<float>(ops, layout_.total, "model.grads");

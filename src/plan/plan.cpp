@@ -13,6 +13,7 @@
 #include "core/progress.h"
 #include "core/sysinfo.h"
 #include "model/layout.h"
+#include "ops/gpu_scratch.h"
 
 namespace ctrl::plan {
 
@@ -55,10 +56,20 @@ Memory memory_from(const Config& config, uint64_t p, uint64_t saved, uint64_t sc
 struct Totals {
   uint64_t params, saved, scratch, tokens;
 };
+// Whether a config's run is on the CUDA backend, whose attention may keep less than the CPU's.
+bool on_cuda(const Config& config) { return config.train.device.rfind("cuda", 0) == 0; }
+
 Totals layout_totals(const Config& config, int64_t micro_batch) {
   const ParamLayout params = make_param_layout(config.model);
+  AttentionSavedBytes attention_saved;
+  if (on_cuda(config)) {
+    const bool fused = cuda_fused_attention_requested();
+    attention_saved = [fused](int64_t B, int64_t T, int64_t D, int64_t H, DType type) {
+      return cuda_attention_saved_bytes(B, T, D, H, type, fused);
+    };
+  }
   const ActivationLayout acts =
-      make_activation_layout(config.model, micro_batch, activation_dtype(config.train.precision));
+      make_activation_layout(config.model, micro_batch, activation_dtype(config.train.precision), 0, attention_saved);
   return {uint64_t(params.total), uint64_t(acts.saved), uint64_t(acts.scratch), uint64_t(acts.B * acts.T)};
 }
 }  // namespace
@@ -358,12 +369,15 @@ uint64_t cpu_run_bytes(const Config& config, int64_t micro_batch, int zero_ranks
 }
 
 uint64_t gpu_scratch_bytes(const Config& config, int64_t micro_batch, const ModelConfig* teacher) {
-  return cuda_scratch_bytes(config.model, micro_batch, activation_dtype(config.train.precision), teacher);
+  return cuda_scratch_bytes(config.model, micro_batch, activation_dtype(config.train.precision), teacher,
+                            cuda_fused_attention_requested());
 }
 
 uint64_t gpu_buffer_bytes(const Config& config, int64_t micro_batch, int zero_ranks, const ModelConfig* teacher) {
-  return memory_estimate(config, micro_batch, zero_ranks, 0, teacher).buffers() +
-         gpu_scratch_bytes(config, micro_batch, teacher);
+  Config on_gpu = config;
+  if (!on_cuda(on_gpu)) on_gpu.train.device = "cuda";
+  return memory_estimate(on_gpu, micro_batch, zero_ranks, 0, teacher).buffers() +
+         gpu_scratch_bytes(on_gpu, micro_batch, teacher);
 }
 
 void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available, int threads,
@@ -449,7 +463,9 @@ Plan make_plan(const Request& r) {
 
   Plan p;
   p.request = r;
-  const Config& c = r.config;
+  // The layout counts the backend's attention (on_cuda): the plan's device, whatever the config names.
+  p.request.config.train.device = gpu ? "cuda" : "cpu";
+  const Config& c = p.request.config;
   const std::string& precision = c.train.precision;
   p.ranks = r.gpus_per_node * r.nodes;
   p.parameters = make_param_layout(c.model).count();
@@ -493,6 +509,16 @@ Plan make_plan(const Request& r) {
     intra_link = g.link;
     p.hardware = std::to_string(p.ranks) + " x " + g.name + " (" + std::to_string(r.nodes) +
                  (r.nodes == 1 ? " node, " : " nodes, ") + g.link + ")";
+    if (cuda_fused_attention_requested()) {
+      const int64_t D = c.model.d_model, H = c.model.n_head;
+      p.notes.push_back(
+          cuda_fused_attention_shape(activation_dtype(precision), D, H)
+              ? "CTRL_CUDA_ATTENTION=fused: each layer keeps one fp32 log-sum-exp per row and head instead of the "
+                "softmax"
+              : "CTRL_CUDA_ATTENTION=fused does not apply (the fused kernels take bf16 and heads of 64 or 80 "
+                "columns; this plan is " +
+                    precision + " with heads of " + std::to_string(D / H) + "): attention keeps the softmax");
+    }
     if (g.name == "GTX-1080-Ti" && precision == "fp16")
       p.notes.push_back("GTX 1080 Ti runs fp16 arithmetic at 1/64 of fp32: plan it in fp32");
   } else {

@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "ops/cuda/common.cuh"
+#include "ops/gpu_scratch.h"
 
 namespace ctrl::cuda {
 
@@ -369,9 +370,14 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int HD>
-size_t fused_shared_bytes() {
+constexpr size_t fused_shared_bytes() {
   return std::max(forward_shared<HD>(), backward_shared<HD>());
 }
+// The planner counts these kernels on every GPU with bf16 (gpu_scratch.h's
+// cuda_fused_attention_shape): the smallest opt-in shared memory among them
+// is sm_86's and sm_89's 99 KiB.
+static_assert(fused_shared_bytes<64>() <= 99 * 1024 && fused_shared_bytes<80>() <= 99 * 1024,
+              "the fused attention needs more shared memory than sm_86 and sm_89 have");
 
 // The kernels read and write rows in 16-byte pieces.
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -391,14 +397,14 @@ bool with_head_width(int64_t hd, F f) {
 
 bool CudaOps::fused_attention(DType inner, int64_t D, int64_t H) const {
   // The GPU: prepare_fused_attention. The kernels take D as H heads of D / H columns.
-  if (!fused_attention_ || inner != DType::BF16 || D % 8 != 0 || D % H != 0) return false;
+  if (!fused_attention_ || !cuda_fused_attention_shape(inner, D, H)) return false;
   size_t shared = 0;
   const bool built = with_head_width(D / H, [&](auto width) { shared = fused_shared_bytes<decltype(width)::value>(); });
   return built && shared <= max_shared_optin_;
 }
 
 size_t CudaOps::attention_saved_bytes(int64_t B, int64_t T, int64_t D, int64_t H, DType qkv_type) const {
-  return fused_attention(qkv_type, D, H) ? size_t(B * H * T) * sizeof(float) : attention_probs_bytes(B, T, H, qkv_type);
+  return cuda_attention_saved_bytes(B, T, D, H, qkv_type, fused_attention(qkv_type, D, H));
 }
 
 namespace {

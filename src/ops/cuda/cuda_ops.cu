@@ -67,11 +67,7 @@ CudaOps::CudaOps(int device) : device_(device) {
          "; this build needs sm_75 (Turing) or newer");
   const char* tf32 = std::getenv("CTRL_CUDA_TF32");
   tf32_ = tf32 && std::strcmp(tf32, "1") == 0;
-  if (const char* attention = std::getenv("CTRL_CUDA_ATTENTION"); attention && *attention) {
-    fused_attention_ = std::strcmp(attention, "fused") == 0;
-    if (!fused_attention_ && std::strcmp(attention, "unfused") != 0)
-      fail(std::string("CTRL_CUDA_ATTENTION=") + attention + ": expected fused or unfused");
-  }
+  fused_attention_ = cuda_fused_attention_requested();
   int optin = 0;
   CTRL_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   max_shared_optin_ = size_t(optin);
