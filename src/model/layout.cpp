@@ -205,6 +205,16 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
   return a;
 }
 
+bool cuda_attention_fusion_requested() { return cuda_fused_attention_requested(); }
+bool cuda_attention_fuses(const ModelConfig& c, DType low) {
+  return cuda_fused_attention_shape(low, c.d_model, c.n_head);
+}
+AttentionSavedBytes cuda_attention_saved(bool fused_attention) {
+  return [fused_attention](int64_t B, int64_t T, int64_t D, int64_t H, DType type) {
+    return cuda_attention_saved_bytes(B, T, D, H, type, fused_attention);
+  };
+}
+
 namespace {
 // The attention's scratch slots in the CUDA backend (attention.cu,
 // attention_fused.cu), in bytes, for model x at micro-batch B: the backward's

@@ -131,6 +131,15 @@ ActivationLayout make_activation_layout(const ModelConfig& config, int64_t micro
 // The activation type of a precision name ("fp32" -> F32, "bf16" -> BF16).
 DType activation_dtype(const std::string& precision);
 
+// The CUDA backend's attention for the planner, which sees backends only
+// through the model (ops/gpu_scratch.h's rules): whether the environment asks
+// for the fused kernels (CTRL_CUDA_ATTENTION=fused; ctrl::Error for a value
+// other than fused or unfused), whether they take this model at `low`, and
+// what a planned run keeps per layer (make_activation_layout's attention_saved).
+bool cuda_attention_fusion_requested();
+bool cuda_attention_fuses(const ModelConfig& config, DType low);
+AttentionSavedBytes cuda_attention_saved(bool fused_attention);
+
 // The CUDA backend's own scratch at its peak in training (ops/cuda/, sized
 // by ops/gpu_scratch.h's gpu_head_chunk_rows and gpu_attention_sequences; each slot keeps
 // its largest size): the head's larger logits chunk and its 16-bit copy, row

@@ -13,7 +13,6 @@
 #include "core/progress.h"
 #include "core/sysinfo.h"
 #include "model/layout.h"
-#include "ops/gpu_scratch.h"
 
 namespace ctrl::plan {
 
@@ -61,13 +60,8 @@ bool on_cuda(const Config& config) { return config.train.device.rfind("cuda", 0)
 
 Totals layout_totals(const Config& config, int64_t micro_batch) {
   const ParamLayout params = make_param_layout(config.model);
-  AttentionSavedBytes attention_saved;
-  if (on_cuda(config)) {
-    const bool fused = cuda_fused_attention_requested();
-    attention_saved = [fused](int64_t B, int64_t T, int64_t D, int64_t H, DType type) {
-      return cuda_attention_saved_bytes(B, T, D, H, type, fused);
-    };
-  }
+  const AttentionSavedBytes attention_saved =
+      on_cuda(config) ? cuda_attention_saved(cuda_attention_fusion_requested()) : AttentionSavedBytes();
   const ActivationLayout acts =
       make_activation_layout(config.model, micro_batch, activation_dtype(config.train.precision), 0, attention_saved);
   return {uint64_t(params.total), uint64_t(acts.saved), uint64_t(acts.scratch), uint64_t(acts.B * acts.T)};
@@ -370,7 +364,7 @@ uint64_t cpu_run_bytes(const Config& config, int64_t micro_batch, int zero_ranks
 
 uint64_t gpu_scratch_bytes(const Config& config, int64_t micro_batch, const ModelConfig* teacher) {
   return cuda_scratch_bytes(config.model, micro_batch, activation_dtype(config.train.precision), teacher,
-                            cuda_fused_attention_requested());
+                            cuda_attention_fusion_requested());
 }
 
 uint64_t gpu_buffer_bytes(const Config& config, int64_t micro_batch, int zero_ranks, const ModelConfig* teacher) {
@@ -509,10 +503,10 @@ Plan make_plan(const Request& r) {
     intra_link = g.link;
     p.hardware = std::to_string(p.ranks) + " x " + g.name + " (" + std::to_string(r.nodes) +
                  (r.nodes == 1 ? " node, " : " nodes, ") + g.link + ")";
-    if (cuda_fused_attention_requested()) {
+    if (cuda_attention_fusion_requested()) {
       const int64_t D = c.model.d_model, H = c.model.n_head;
       p.notes.push_back(
-          cuda_fused_attention_shape(activation_dtype(precision), D, H)
+          cuda_attention_fuses(c.model, activation_dtype(precision))
               ? "CTRL_CUDA_ATTENTION=fused: each layer keeps one fp32 log-sum-exp per row and head instead of the "
                 "softmax"
               : "CTRL_CUDA_ATTENTION=fused does not apply (the fused kernels take bf16 and heads of 64 or 80 "
