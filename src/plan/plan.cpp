@@ -410,9 +410,18 @@ namespace {
 
 constexpr double kGiB = double(1ull << 30);
 
-// Default model-FLOPs utilisation: a stated assumption, not a measurement.
+// Default model-FLOPs utilisation, from ctrl's own measured runs. GPUs: what
+// the CUDA backend reached on an H200 on 2026-12-04 at micro-batch 32
+// (bench/results/gpu-h200-2026-12-04.md), rounded down: bf16 0.18 (`base`;
+// `medium` 0.22), fp16 on tensor cores 0.07 (`base`: its attention and head
+// multiply in fp32), fp32 on CUDA cores 0.50 (`base` 0.52). fp16 without
+// tensor cores (P100, GTX 1080 Ti) was never measured: assumed 0.45.
 double default_mfu(bool gpu, bool tensor_cores, const std::string& precision) {
-  if (gpu) return tensor_cores && precision != "fp32" ? 0.40 : 0.45;
+  if (gpu) {
+    if (precision == "bf16") return 0.18;
+    if (precision == "fp16") return tensor_cores ? 0.07 : 0.45;
+    return 0.50;
+  }
   // CPU: share of this CPU's measured GEMM peak that ctrl reached over a whole
   // training step on tiny, small and base in fp32 and bf16 (0.80-0.90, README,
   // "Planning a run"), rounded down.
@@ -488,6 +497,13 @@ Plan make_plan(const Request& r) {
     overhead = kGpuRuntimeOverheadBytes;
     p.mfu = default_mfu(true, g.tensor_cores, precision);
     p.mfu_source = "default";
+    if (!calibrated && r.mfu <= 0)
+      p.notes.push_back(fmt("default MFU %.2f", p.mfu) +
+                        (precision == "fp16" && !g.tensor_cores
+                             ? " is an assumption: ctrl's fp16 never ran on a GPU without tensor cores"
+                             : " is what ctrl's CUDA backend reached on an H200 (2026-12-04; bf16 0.18-0.22, fp16 "
+                               "0.07, fp32 0.52)") +
+                        "; calibrate with --machine and a `ctrl bench --device cuda --json` file");
     if (calibrated) {
       // The measured GPU's executed FLOP/s against its own datasheet peak; a
       // GPU the table does not know is taken to be the planned one.
