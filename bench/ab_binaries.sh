@@ -12,6 +12,7 @@
 # attention_backward") adds each op's seconds over all steps to every line,
 # and a last line with the medians over rounds.
 set -euo pipefail
+source "$(dirname "$0")/machine.sh"
 [ $# -eq 2 ] || { echo "usage: ab_binaries.sh CTRL_A CTRL_B" >&2; exit 2; }
 A=$1 B=$2
 for b in "$A" "$B"; do [ -x "$b" ] || { echo "ab_binaries: $b is not executable" >&2; exit 2; }; done
@@ -31,7 +32,7 @@ log=$(mktemp)
 busy_pid=
 stop_busy() { [ -n "$busy_pid" ] && kill "$busy_pid" 2>/dev/null; wait "$busy_pid" 2>/dev/null || true; busy_pid=; }
 trap 'stop_busy; rm -f "$log"' EXIT
-echo "ab_binaries: A=$A B=$B, ${PRESET:-tiny}, $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs" >&2
+echo "ab_binaries: A=$A B=$B, ${PRESET:-tiny}, $(cpu_model), $(nproc) CPUs" >&2
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for mode in ${MODES:-quiet busy}; do
     [ "$mode" = busy ] && { bash -c 'while :; do :; done' & busy_pid=$!; }

@@ -11,9 +11,10 @@
 # AVX2) holds oneDNN to an ISA without AVX512-BF16, so that its bf16 kernels
 # are emulated. On a CPU without oneDNN bf16 kernels both paths are widened.
 set -euo pipefail
+source "$(dirname "$0")/machine.sh"
 CTRL=${CTRL:-build/ctrl}
 [ -x "$CTRL" ] || { echo "bf16_paths: $CTRL is not executable (build first)" >&2; exit 2; }
-echo "bf16_paths: ${PRESET:-small}, $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, ONEDNN_MAX_CPU_ISA=${ONEDNN_MAX_CPU_ISA:-unset}, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "bf16_paths: ${PRESET:-small}, $(cpu_model), $(nproc) CPUs, ONEDNN_MAX_CPU_ISA=${ONEDNN_MAX_CPU_ISA:-unset}, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 runs=$(mktemp)
 trap 'rm -f "$runs"' EXIT
 for r in $(seq 1 "${ROUNDS:-3}"); do

@@ -14,6 +14,7 @@
 # Prints a table: median tokens/s of each build, after/before, peak RSS of each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/machine.sh
 
 BEFORE=${BEFORE:-956076b}
 AFTER=${AFTER:-build/ctrl}
@@ -98,7 +99,7 @@ if [ -n "${RESULTS:-}" ]; then
     echo "# ctrl bench, two builds alternating ($(date -u +%Y-%m-%d))"
     echo
     echo "Command: \`BEFORE=$BEFORE AFTER=$AFTER PRESET=$PRESET ROUNDS=$ROUNDS STEPS=$STEPS SETS=\"$SETS\" bash bench/compare_builds.sh\`"
-    echo "at commit $(git rev-parse --short HEAD); ISA: $(grep -o -E 'avx512[a-z_0-9]*|amx[a-z_0-9]*|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+    echo "at commit $(git rev-parse --short HEAD); ISA: $(cpu_isa)"
     echo
     echo "$table"
   } > "$out.tmp"

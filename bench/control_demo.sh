@@ -46,6 +46,7 @@
 # trainings are reused; evaluations, samples and the report are redone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/machine.sh
 command_line="bash bench/control_demo.sh"
 for v in MINUTES MODEL PROBE STEPS OUT RESULTS_DIR DEFAULT_DATA JA_DATA SHARED JA_VALID_FRACTION \
          MAX_SEQUENCES ACCURACY SAMPLES BUILD; do
@@ -288,8 +289,8 @@ done
 
 # --- 4. Report --------------------------------------------------------------------
 secs=$(( $(date +%s) - start ))
-cpu_model=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
-isa=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512.*|amx.*)$' | sort -u | tr '\n' ' ' | sed 's/ $//' || true)
+cpu_model=$(cpu_model)
+isa=$(cpu_isa)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ -z "$(git status --porcelain -- src CMakeLists.txt bench/control_demo.sh 2>/dev/null)" ] || commit="$commit (with uncommitted changes to src/ or this script)"
 report="$RESULTS_DIR/control-demo.md"
@@ -327,7 +328,7 @@ corpora = [
     ("ja", ja_data, "Japanese Wikipedia + Aozora Bunko"),
 ]
 w(f"# Control you can measure: the best model in {plan['minutes']:g} minutes, on two corpora\n")
-w(f"{meta['date']}, {meta['cores']} cores of an {meta['cpu']} (`lscpu` model name; AVX flags: "
+w(f"{meta['date']}, {meta['cores']} cores of an {meta['cpu']} (`lscpu` model name with the vendor's family and model; ISA flags: "
   f"{meta['isa'] or 'none'}), {probe['threads']} training threads; commit {meta['commit']}. "
   f"Load average {meta['load_started']} at the start, {meta['load_ended']} at the end; the whole script "
   f"took {fmt_time(float(meta['seconds']))} of wall time. Written by `bench/control_demo.sh`:\n")

@@ -24,6 +24,7 @@
 # Rerunning resumes finished or interrupted runs instead of redoing them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/machine.sh
 DATA="${1:-data/default}"
 OUT="${2:-runs/distill}"
 BUILD="${BUILD:-build}"
@@ -103,5 +104,5 @@ print(open(f"{out}/runs.md").read())
 EOF
 cat "$OUT/distill.md"
 secs=$(( $(date +%s) - start ))
-echo "distillation experiment done in $((secs / 60))m$((secs % 60))s on $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores" >&2
+echo "distillation experiment done in $((secs / 60))m$((secs % 60))s on $(cpu_model), $(nproc) cores" >&2
 echo "table: $OUT/distill.md, chart: $OUT/distill.svg" >&2

@@ -28,6 +28,7 @@
 # which is how the script itself is tested without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/machine.sh
 command_line=""
 for v in PRESETS PRECISIONS PEERS BATCH STEPS WARMUP ROUNDS DEVICE GPU; do
   [ -n "${!v+x}" ] && command_line+="$v=\"${!v}\" "
@@ -75,7 +76,7 @@ mkdir -p "$out"
   echo "gpu=$gpu_name"
   echo "plan_gpu=${GPU:-}"
   echo "driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 || true)"
-  echo "cpu=$(lscpu | sed -n 's/^Model name: *//p')"
+  echo "cpu=$(cpu_model)"
   echo "commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   echo "date=$(date -u +%Y-%m-%d)"
   echo "command=$command_line"

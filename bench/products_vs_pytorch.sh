@@ -19,6 +19,7 @@
 # else python3) RESULTS=<folder>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/machine.sh
 PRESETS=${PRESETS:-small base}
 PRECISIONS=${PRECISIONS:-fp32 bf16}
 BATCH=${BATCH:-8}
@@ -41,8 +42,8 @@ mkdir -p "$RESULTS"
 
 cpu_args=()
 [[ $DEVICE == cpu ]] && cpu_args=(--threads "$THREADS")
-machine=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-flags=$(grep -o -w 'avx512f\|avx512_bf16\|amx_bf16' /proc/cpuinfo 2>/dev/null | sort -u | tr '\n' ' ' || true)
+machine=$(cpu_model)
+flags=$(cpu_isa)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 report=$RESULTS/products-vs-pytorch.md
 {

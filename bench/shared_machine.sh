@@ -33,6 +33,7 @@
 # job's latest, runs/tiny), CODE (default: the model's first code), TOKENS=127
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/machine.sh
 
 PRESET=${PRESET:-tiny}
 BATCH=${BATCH:-8}
@@ -112,7 +113,7 @@ trap stop_busy EXIT
 
 what="$PRESET, batch $BATCH"
 [ "$WORK" = generate ] && what="ctrl generate of $TOKENS tokens from $MODEL under $CODE"
-echo "shared_machine: $what, $THREADS threads, busy loop in the $SESSION session (autogroup $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo unknown)), $ROUNDS rounds on $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "shared_machine: $what, $THREADS threads, busy loop in the $SESSION session (autogroup $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo unknown)), $ROUNDS rounds on $(cpu_model), $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 : >"$out/runs.txt"  # this run's rows only, even in a RESULTS folder used before
 for r in $(seq 1 "$ROUNDS"); do
   for mode in quiet busy; do

@@ -9,10 +9,11 @@
 #        STEPS=2 WARMUP=1 BATCH= (the preset's micro-batch) CTRL=build/ctrl
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/machine.sh
 PRESETS=${PRESETS:-tiny small base} PATHS=${PATHS:-fp32 native widened} COUNTS=${COUNTS:-2 8 16}
 STEPS=${STEPS:-2} WARMUP=${WARMUP:-1} BATCH=${BATCH:-} CTRL=${CTRL:-build/ctrl}
 [ -x "$CTRL" ] || { echo "thread_memory: no $CTRL (build first)" >&2; exit 2; }
-echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); $(nproc) CPUs; $(git rev-parse --short HEAD)"
+echo "$(cpu_model); $(nproc) CPUs; $(git rev-parse --short HEAD)"
 echo "| preset | products | threads | peak MiB | plan MiB | peak / plan | tokens/s |"
 echo "|---|---|---:|---:|---:|---:|---:|"
 for preset in $PRESETS; do

@@ -26,6 +26,7 @@
 # or more on 2 cores), which is not timed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/machine.sh
 command_line=""
 for v in PRESETS PRECISIONS PEERS BATCH STEPS WARMUP ROUNDS THREADS; do
   [ -n "${!v+x}" ] && command_line+="$v=\"${!v}\" "
@@ -57,8 +58,8 @@ fi
 out=${RESULTS:-$(mktemp -d)}
 mkdir -p "$out"
 {
-  echo "cpu=$(lscpu | sed -n 's/^Model name: *//p')"
-  echo "flags=$(grep -m1 -o -w -E 'avx2|avx512f|avx512_bf16|amx_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+  echo "cpu=$(cpu_model)"
+  echo "flags=$(cpu_isa)"
   echo "cpus=$(nproc)"
   echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)')"
   echo "date=$(date -u +%Y-%m-%d)"

@@ -9,6 +9,7 @@
 # (created and installed with pip on first use, as bench/wikiextractor_vs_ctrl.sh does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/machine.sh
 EXTRACT=${EXTRACT:-build/extract_wikipedia}
 RULES=${RULES:-build/wikitext_rules}
 VENV=${VENV:-/tmp/wikiextractor-venv}
@@ -35,7 +36,7 @@ python3 bench/wikitext_fidelity.py pages "$WORK/jawiki.xml" "$WORK/pages.jsonl"
 "$RULES" "$WORK/pages.jsonl" > "$WORK/rules.md"
 
 COMMIT=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src bench || echo "+changes")
-CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+CPU=$(cpu_model)
 HEADER="# Wikipedia text fidelity: ctrl against WikiExtractor $WE_VERSION
 
 \`bash bench/wikitext_fidelity.sh\` ($DATE, commit $COMMIT, $CPU, $(nproc) cores; load average

@@ -242,12 +242,14 @@ if want products; then
 fi
 
 # Phase 4b: the fused attention (CTRL_CUDA_ATTENTION=fused, attention_fused.cu;
-# its op test ran in phase ops): the bf16 model-level tests with it, then
+# its op test ran in phase ops): the bf16 model-level tests with it (and the
+# planner's count of its memory against tiny's measured peak), then
 # medium and base bf16 at micro-batch 32 with and without it, and where a
 # medium step's time goes with it.
 if want fused; then
   phase suite_fused 70 env CTRL_DEVICE=cuda CTRL_CUDA_ATTENTION=fused "$work/run/ctrl_tests" \
-    --gtest_filter='MixedPrecision*:Trainer*:Checkpoint*:GradCheck.WholeModel*' --gtest_output="json:$out/suite_fused.json"
+    --gtest_filter='MixedPrecision*:Trainer*:Checkpoint*:GradCheck.WholeModel*:Plan.GpuBenchs*' \
+    --gtest_output="json:$out/suite_fused.json"
   for run in medium:unfused medium:fused base:unfused base:fused; do
     cfg=${run%:*} attention=${run#*:}
     phase "bench_${cfg}_bf16_b32_${attention}" 40 env CTRL_CUDA_ATTENTION=$attention "$work/run/ctrl" bench \

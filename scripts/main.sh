@@ -7,6 +7,7 @@
 # Ends by naming its outputs: the loss plot, the metrics and the samples.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/machine.sh
 start=$(date +%s)
 bash scripts/setup.sh
 DATA="${DATA:-data/default}"
@@ -34,7 +35,7 @@ mv "$samples.tmp" "$samples"
 build/ctrl eval --model "$ckpt" --data "$DATA" --codes --max-sequences 16 --control-accuracy 25 --out "$RUN"
 secs=$(( $(date +%s) - start ))
 echo
-echo "main job done in $((secs / 60))m$((secs % 60))s on $(lscpu | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) cores"
+echo "main job done in $((secs / 60))m$((secs % 60))s on $(cpu_model), $(nproc) cores"
 echo "  loss curve: $RUN/loss.svg"
 echo "  metrics:    $RUN/metrics.jsonl"
 echo "  samples:    $samples"

@@ -18,8 +18,8 @@ namespace {
 
 const char* kUsage =
     "usage: ctrl plan --config FILE|PRESET --tokens N [--set section.key=value]... [--precision fp32|bf16|fp16]\n"
-    "                 (--hardware cpu | --machine BENCH.json | --gpu NAME [--gpus N] [--nodes M] [--machine "
-    "BENCH.json])\n"
+    "                 (--hardware cpu | --machine BENCH.json | --gpu NAME [--gpus N] [--nodes M]"
+    " [--machine BENCH.json])\n"
     "                 [--micro-batch B] [--zero 0|1] [--network-gbps G] [--mfu U] [--memory-gb G]\n"
     "                 [--price-per-hour P] [--teacher CKPT] [--json]\n\n"
     "Says whether a model trains on the given hardware before anyone rents it: parameters, memory per\n"
