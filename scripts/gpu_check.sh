@@ -9,7 +9,8 @@
 # --version); the op table and EveryBackend on cuda against the CPU
 # reference; the model-level suite on cuda (ctest's cuda_suite filter:
 # training, bit-exact resume, HF fixtures, mixed precision, gradient checks);
-# ctrl bench --device cuda on tiny and small in fp32 and bf16, base in bf16 and fp16. A phase that
+# ctrl bench --device cuda on tiny and small in fp32 and bf16, base in bf16 and fp16, tiny bf16
+# distilled from a teacher it trains first. A phase that
 # fails or times out is recorded and the next one still runs.
 # Without a GPU it stops after the first phase with "no CUDA device".
 #
@@ -217,6 +218,16 @@ want bench && for run in tiny:fp32 tiny:bf16 small:fp32 small:bf16 base:bf16 bas
     bench_row "$name"
   )
 done
+# Distillation: a tiny teacher (one step of `ctrl train` on synthetic
+# tokens, on this GPU), then tiny bf16 distilled from it: its peak device
+# memory against the plan's count with the teacher.
+if want bench; then
+  phase teacher_tiny 30 "$work/run/ctrl" train --device cuda --config tiny --out "$work/teacher" \
+    --set train.steps=1 --set model.n_layer=6
+  phase bench_tiny_bf16_distill 25 "$work/run/ctrl" bench --device cuda --config tiny --steps 10 --warmup 3 \
+    --set train.precision=bf16 --teacher "$work/teacher/checkpoints/step-00000001.ckpt" --json
+  bench_row bench_tiny_bf16_distill "distillation"
+fi
 # Where a medium bf16 step's time goes: each op's time between CUDA events
 # queued around it (which holds the host's launch time too where the GPU had
 # run dry; work queued outside any op is in no row, so the rows need not add

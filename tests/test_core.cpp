@@ -149,6 +149,37 @@ TEST(Safetensors, RoundTripAndValidation) {
   }
 }
 
+// A mapped file read once (a checkpoint verified or loaded) leaves the
+// process's resident memory as it goes: released pages stop counting, and
+// reading them again gives the same bytes; the checksum, computed piece by
+// piece with releases, equals the whole data's.
+TEST(Safetensors, ReadPagesAreReleasedAndReadBackTheSame) {
+  const std::string dir = temp_dir("release");
+  const size_t n = size_t(48) << 20 >> 2;  // 48 MiB of floats
+  std::vector<float> a(n);
+  for (size_t i = 0; i < n; ++i) a[i] = float(i % 1000003);
+  SafetensorsWriter w;
+  w.add("a", DType::F32, {int64_t(n)}, a.data());
+  w.write(dir + "/big.safetensors");
+  const uint32_t whole = crc32_of(a.data(), n * sizeof(float));
+  a = {};
+  SafetensorsReader r(dir + "/big.safetensors");
+  const auto* bytes = r.get("a").data;
+  const uint64_t before = current_rss_bytes();
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n * sizeof(float); i += 4096) sum += bytes[i];  // every page resident
+  const uint64_t touched = current_rss_bytes();
+  EXPECT_GT(touched, before + (size_t(40) << 20)) << "reading the mapping did not raise the resident memory";
+  r.release(bytes, n * sizeof(float));
+  EXPECT_LT(current_rss_bytes(), touched - (size_t(40) << 20)) << "the released pages still count";
+  uint64_t again = 0;
+  for (size_t i = 0; i < n * sizeof(float); i += 4096) again += bytes[i];
+  EXPECT_EQ(again, sum);
+  r.release(bytes, n * sizeof(float));
+  EXPECT_EQ(r.data_crc32(), whole);
+  EXPECT_LT(current_rss_bytes(), touched - (size_t(40) << 20)) << "the checksum kept the file resident";
+}
+
 TEST(Safetensors, HalfConversions) {
   for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 1e-3f}) {
     EXPECT_NEAR(f16_to_float(float_to_f16(f)), f, std::abs(f) * 1e-3);

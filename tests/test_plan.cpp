@@ -292,13 +292,24 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
   // `small` at micro-batch 8: about 0.6-0.8 GiB, one timed step, in fp32 and
   // bf16 at the CPUs' count, and widened bf16 at 16 threads, which tiles the
   // products on a machine with fewer CPUs and adds each thread's runtime and
-  // its copies of a tile's operands.
+  // its copies of a tile's operands. Then distillation from a wider, deeper
+  // teacher (one step of `ctrl train` on synthetic tokens), whose checkpoint
+  // is read and loaded beside the student: its loading once took 1.36-1.40x
+  // the plan at its peak (a whole tensor's staging and the file's mapped pages).
+  const std::string dir = test_support::fresh_dir("ctrl_test", "plan_teacher");
+  std::string trained;
+  ASSERT_EQ(run(test_support::ctrl_binary() + " train --config small --out " + dir +
+                    " --set train.steps=1 --set model.n_layer=8 --set model.d_ff=2048 2>&1",
+                &trained),
+            0)
+      << trained;
+  const std::string teacher = " --teacher " + dir + "/checkpoints/step-00000001.ckpt";
   struct Case {
     const char* precision;
-    const char* extra;
+    std::string extra;
   };
-  for (const Case& k :
-       {Case{"fp32", ""}, Case{"bf16", ""}, Case{"bf16", " --threads 16 --set train.cpu_bf16=widened"}}) {
+  for (const Case& k : {Case{"fp32", ""}, Case{"bf16", ""}, Case{"bf16", " --threads 16 --set train.cpu_bf16=widened"},
+                        Case{"fp32", teacher}, Case{"bf16", teacher}}) {
     const std::string precision = k.precision, what = precision + k.extra;
     std::string out;
     ASSERT_EQ(run(test_support::ctrl_binary() +
@@ -309,25 +320,30 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
     const auto j = nlohmann::json::parse(out);
     const double rss = j.at("peak_rss_bytes").get<double>();
     Config c = config_of("small", {"train.precision=" + precision});
+    if (j.contains("teacher")) c.train.teacher = j.at("teacher").get<std::string>();
+    const std::optional<ModelConfig> t = teacher_of(c);
+    ASSERT_EQ(t.has_value(), k.extra == teacher) << out;
+    const ModelConfig* tm = t ? &*t : nullptr;
     ASSERT_EQ(j.at("micro_batch").get<int64_t>(), c.train.micro_batch);
     // bf16: the path the run took (auto chose it), whose fp32 copies the plan counts when widened.
     if (j.contains("bf16_products")) c.train.cpu_bf16 = j.at("bf16_products") == "widened" ? "widened" : "native";
     const int threads = j.at("threads").get<int>();
-    if (*k.extra) {
+    if (k.extra.find("--threads") != std::string::npos) {
       ASSERT_EQ(threads, 16) << out;
     }
     const double predicted =
-        double(plan::memory_for(c, c.train.micro_batch, 1, plan::kCpuRuntimeOverheadBytes).total() +
+        double(plan::memory_for(c, c.train.micro_batch, 1, plan::kCpuRuntimeOverheadBytes, tm).total() +
                plan::cpu_widened_bytes(c, c.train.micro_batch, threads) + plan::cpu_thread_bytes(threads));
     EXPECT_NEAR(rss / predicted, 1.0, 0.05) << what << ": peak RSS " << rss << " predicted " << predicted;
     // The bench prints the same figure beside its peak, and check_memory holds a run to it.
-    EXPECT_EQ(double(plan::cpu_run_bytes(c, c.train.micro_batch, 1, threads)), predicted) << what;
+    EXPECT_EQ(double(plan::cpu_run_bytes(c, c.train.micro_batch, 1, threads, tm)), predicted) << what;
     EXPECT_EQ(j.at("planned_peak_rss_bytes").get<double>(), predicted) << what;
     EXPECT_EQ(j.at("planned_at_threads").get<int>(), threads) << what;
-    std::printf("%s (%s, %d threads): peak RSS / predicted %.3f\n", precision.c_str(), c.train.cpu_bf16.c_str(),
-                threads, rss / predicted);
+    std::printf("%s (%s, %d threads%s): peak RSS / predicted %.3f\n", precision.c_str(), c.train.cpu_bf16.c_str(),
+                threads, tm ? ", with a teacher" : "", rss / predicted);
     // And the planner's CPU plan for that many threads reports that same total.
     plan::Request r = cpu_request(c, 24);
+    if (tm) r.teacher = *tm;
     r.micro_batch = c.train.micro_batch;
     r.cpu_threads = 2, r.memory_threads = threads;
     EXPECT_EQ(double(plan::make_plan(r).memory.total()), predicted) << what;

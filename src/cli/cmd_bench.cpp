@@ -17,13 +17,15 @@ namespace {
 
 const char* kUsage =
     "usage: ctrl bench --config FILE|PRESET [--steps N] [--warmup N] [--threads N] [--set key=value]... [--json]\n"
-    "                  [--profile] [--device cpu|checked|cuda[:N]]\n\n"
+    "                  [--profile] [--device cpu|checked|cuda[:N]] [--teacher CKPT]\n\n"
     "Times full training steps (forward, backward, clipping, optimizer) of one micro-batch of\n"
     "synthetic tokens, after --warmup untimed steps (default 2; --steps default 10), and prints\n"
     "it/s, tokens/s, achieved FLOP/s and its share of this machine's measured GEMM peak (of the\n"
     "precision, --set train.precision=bf16 for mixed precision),\n"
     "peak memory (and on a GPU its peak device memory), and the CPU and thread count.\n"
     "--profile adds the time spent in each op.\n"
+    "--teacher CKPT (train.teacher) times distillation steps, as ctrl train --teacher runs them: the\n"
+    "teacher's forward counts in the executed FLOP/s and its memory in the planned figures.\n"
     "bf16 on a CPU also times training steps of the model in bf16 and in fp32 (cut to the layers that\n"
     "fit in a quarter of the memory available) and advises fp32 where its steps are at least 1.1x faster.\n";
 
@@ -34,6 +36,7 @@ int run(const std::vector<std::string>& argv) {
   args.flag("warmup");
   args.flag("threads");
   args.flag("device");
+  args.flag("teacher");
   args.repeated("set");
   args.boolean("json");
   args.boolean("profile");
@@ -41,6 +44,7 @@ int run(const std::vector<std::string>& argv) {
   Config config = load_config(args.require("config"));
   for (const auto& s : args.all("set")) apply_override(config, s);
   if (args.has("device")) apply_override(config, "train.device=" + args.get("device"));
+  if (args.has("teacher")) config.train.teacher = args.get("teacher");
   validate(config);
   const int64_t steps = args.get_int("steps", 10, 1, 1 << 30), warmup = args.get_int("warmup", 2, 0, 1 << 30);
   const int64_t threads = args.has("threads") ? args.get_int("threads", 0, 1, 1 << 16) : 0;
@@ -57,6 +61,8 @@ int run(const std::vector<std::string>& argv) {
   if (cpu_bf16) reset_peak_rss();
   SyntheticSteps synthetic(config, *ops);
   const Model& model = synthetic.model();
+  const Model* teacher = synthetic.teacher();
+  const ModelConfig* teacher_config = teacher ? &teacher->config() : nullptr;
   double seconds = 0, loss = 0;
   int64_t thread_changes = 0;
   int most_threads = ops->threads();  // the CPU run's per-thread memory grows with it
@@ -77,7 +83,8 @@ int run(const std::vector<std::string>& argv) {
   const double tokens_per_s = double(steps * B * T) / seconds;
   // Model FLOPs (the MFU basis) and what the hardware ran, recomputation included.
   const double flops = train_flops_per_token(m) * tokens_per_s;
-  const double hardware_flops = train_hardware_flops_per_token(m) * tokens_per_s;
+  const double teacher_flops_per_token = teacher ? forward_flops_per_token(*teacher_config) : 0.0;
+  const double hardware_flops = (train_hardware_flops_per_token(m) + teacher_flops_per_token) * tokens_per_s;
   const double peak = ops->measure_peak_gflops(bf16, 1.0) * 1e9;
   nlohmann::ordered_json j;
   j["config"] = config.preset;
@@ -88,7 +95,12 @@ int run(const std::vector<std::string>& argv) {
   j["it_per_s"] = double(steps) / seconds;
   j["tokens_per_s"] = tokens_per_s;
   j["model_flops_per_token"] = train_flops_per_token(m);
-  j["hardware_flops_per_token"] = train_hardware_flops_per_token(m);
+  j["hardware_flops_per_token"] = train_hardware_flops_per_token(m) + teacher_flops_per_token;
+  if (teacher) {
+    j["teacher"] = config.train.teacher;
+    j["teacher_parameters"] = teacher->layout().count();
+    j["teacher_flops_per_token"] = teacher_flops_per_token;
+  }
   j["achieved_gflops"] = flops / 1e9;
   j["hardware_gflops"] = hardware_flops / 1e9;
   j["activation_bytes"] = model.activation_layout().bytes();
@@ -103,12 +115,12 @@ int run(const std::vector<std::string>& argv) {
   if (ops->gpu() < 0) {
     Config taken = config;
     if (cpu_bf16) taken.train.cpu_bf16 = ops->bf16_path();
-    planned_rss = plan::cpu_run_bytes(taken, B, 1, most_threads);
+    planned_rss = plan::cpu_run_bytes(taken, B, 1, most_threads, teacher_config);
     j["planned_peak_rss_bytes"] = planned_rss;
     j["planned_at_threads"] = most_threads;
   }
   // A GPU run: the plan's buffers and the backend's scratch, which its peak device memory measures.
-  const uint64_t planned_device = peak_device > 0 ? plan::gpu_buffer_bytes(config, B) : 0;
+  const uint64_t planned_device = peak_device > 0 ? plan::gpu_buffer_bytes(config, B, 1, teacher_config) : 0;
   if (planned_device > 0) j["planned_peak_device_bytes"] = planned_device;
   j["final_loss"] = loss;
   j["cpu"] = cpu_model();
@@ -151,8 +163,12 @@ int run(const std::vector<std::string>& argv) {
     std::printf("  %.3f it/s, %.0f tokens/s\n", double(steps) / seconds, tokens_per_s);
     std::printf("  %.1f GFLOP/s achieved = %.0f%% of the measured %s GEMM peak (%.1f GFLOP/s)\n", flops / 1e9,
                 100.0 * flops / peak, bf16 ? "bf16" : "fp32", peak / 1e9);
-    std::printf("  %.1f MFLOP per token (model), %.1f with recomputation (hardware: %.1f GFLOP/s)\n",
-                train_flops_per_token(m) / 1e6, train_hardware_flops_per_token(m) / 1e6, hardware_flops / 1e9);
+    std::printf("  %.1f MFLOP per token (model), %.1f with recomputation%s (hardware: %.1f GFLOP/s)\n",
+                train_flops_per_token(m) / 1e6, (train_hardware_flops_per_token(m) + teacher_flops_per_token) / 1e6,
+                teacher ? " and the teacher's forward" : "", hardware_flops / 1e9);
+    if (teacher)
+      std::printf("  teacher %s: %.2fM parameters, forward %.1f MFLOP per token\n", config.train.teacher.c_str(),
+                  double(teacher->layout().count()) / 1e6, teacher_flops_per_token / 1e6);
     std::printf("  activations %.1f MiB, parameters %.1f MiB\n", double(model.activation_layout().bytes()) / (1 << 20),
                 double(model.layout().total * sizeof(float)) / (1 << 20));
     std::printf("  peak memory %.0f MiB", double(peak_rss) / (1 << 20));

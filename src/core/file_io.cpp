@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -84,6 +85,15 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
 
 MappedFile::~MappedFile() {
   if (data_) munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+void MappedFile::release(const void* p, size_t n) const {
+  if (!data_ || n == 0) return;
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t end = std::min((reinterpret_cast<uintptr_t>(p) + n + page - 1) / page * page,
+                                 reinterpret_cast<uintptr_t>(data_) + (size_ + page - 1) / page * page);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: failure is harmless
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); }

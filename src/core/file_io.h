@@ -37,6 +37,13 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Drops the pages of [p, p + n) (widened to whole pages) from this
+  // process's memory: they stay in the page cache, and reading them again
+  // maps them back. A file read once, such as a checkpoint being verified or
+  // loaded, then adds to the process's resident memory only the piece in
+  // hand, not its whole size: peak RSS and a cgroup's limit see the
+  // training's buffers, as the planner counts them.
+  void release(const void* p, size_t n) const;
 
  private:
   std::string path_;

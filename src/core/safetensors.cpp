@@ -127,7 +127,14 @@ std::vector<int64_t> SafetensorsReader::read_ints(const std::string& name) const
 }
 
 uint32_t SafetensorsReader::data_crc32() const {
-  return crc32_of(file_.data() + data_begin_, file_.size() - data_begin_);
+  constexpr size_t kPiece = size_t(64) << 20;
+  uint32_t crc = 0;
+  for (size_t at = data_begin_; at < file_.size(); at += kPiece) {
+    const size_t n = std::min(kPiece, file_.size() - at);
+    crc = crc32_of(file_.data() + at, n, crc);
+    file_.release(file_.data() + at, n);
+  }
+  return crc;
 }
 
 void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data) {

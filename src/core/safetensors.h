@@ -37,8 +37,12 @@ class SafetensorsReader {
   // Checks that the shape matches `expected` (if non-empty).
   std::vector<float> read_floats(const std::string& name, const std::vector<int64_t>& expected = {}) const;
   std::vector<int64_t> read_ints(const std::string& name) const;
-  // CRC-32 of the whole data section (all tensors' bytes in file order).
+  // CRC-32 of the whole data section (all tensors' bytes in file order),
+  // released (MappedFile::release) piece by piece as it goes.
   uint32_t data_crc32() const;
+  // Drops a range of the file's bytes (e.g. a tensor's, once copied) from
+  // this process's memory: MappedFile::release.
+  void release(const void* p, size_t n) const { file_.release(p, n); }
 
  private:
   MappedFile file_;

@@ -255,16 +255,26 @@ static const uint8_t* tensor_bytes(const SafetensorsReader& file, const std::str
   return info.data;
 }
 
+// Copies a tensor out of the mapped file and drops its pages from this process (SafetensorsReader::release).
 static void copy_tensor(const SafetensorsReader& file, const std::string& name, const ParamTensor& t, float* dst) {
-  std::memcpy(dst, tensor_bytes(file, name, t), t.numel * sizeof(float));
+  const uint8_t* bytes = tensor_bytes(file, name, t);
+  std::memcpy(dst, bytes, t.numel * sizeof(float));
+  file.release(bytes, t.numel * sizeof(float));
 }
 
 void Checkpoint::load_parameters(Model& model) const {
-  std::vector<float> staging;  // the mapped file's bytes need not be float-aligned
+  // kInitStagingFloats at a time, as Model::init_weights uploads: a whole
+  // tensor's staging and its mapped pages (the embedding: 2 x 47 MiB at
+  // `small`) were the peak memory of a run that loads a teacher.
+  std::vector<float> staging(kInitStagingFloats);  // the mapped file's bytes need not be float-aligned
   for (const auto& t : model.layout().tensors) {
-    staging.resize(t.numel);
-    copy_tensor(*file_, t.name, t, staging.data());
-    model.params.upload(staging.data(), t.numel, t.offset);
+    const uint8_t* bytes = tensor_bytes(*file_, t.name, t);
+    for (size_t at = 0; at < size_t(t.numel); at += kInitStagingFloats) {
+      const size_t n = std::min(kInitStagingFloats, size_t(t.numel) - at);
+      std::memcpy(staging.data(), bytes + at * sizeof(float), n * sizeof(float));
+      file_->release(bytes + at * sizeof(float), n * sizeof(float));
+      model.params.upload(staging.data(), n, t.offset + at);
+    }
   }
 }
 
@@ -295,6 +305,26 @@ std::string checkpoint_path(const std::string& run_dir, int64_t step) {
 std::optional<ModelConfig> teacher_of(const Config& config) {
   if (config.train.teacher.empty()) return std::nullopt;
   return Checkpoint(config.train.teacher).config().model;
+}
+
+std::unique_ptr<Checkpoint> open_teacher(const Config& config, const std::string& command) {
+  const std::string& path = config.train.teacher;
+  if (path.empty()) return nullptr;
+  std::unique_ptr<Checkpoint> teacher;
+  try {
+    teacher = std::make_unique<Checkpoint>(path);
+  } catch (const Error& e) {
+    fail("train.teacher (the distillation teacher): " + std::string(e.what()));
+  }
+  const ModelConfig& tm = teacher->config().model;
+  const std::string where = command + " --teacher " + path + ": ";
+  if (tm.vocab_size != config.model.vocab_size)
+    fail(where + "the teacher's vocabulary has " + std::to_string(tm.vocab_size) + " tokens and the student's " +
+         std::to_string(config.model.vocab_size) + "; student and teacher must share the tokenizer");
+  if (tm.n_ctx < config.model.n_ctx)
+    fail(where + "the teacher's context is " + std::to_string(tm.n_ctx) + " tokens, shorter than the student's " +
+         std::to_string(config.model.n_ctx) + " (set model.n_ctx <= " + std::to_string(tm.n_ctx) + ")");
+  return teacher;
 }
 
 std::vector<std::string> list_checkpoints(const std::string& run_dir) {

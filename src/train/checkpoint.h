@@ -113,6 +113,11 @@ void check_corpus_matches(const CheckpointContents& checkpoint, const Dataset& d
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
 // The teacher's model config from config.train.teacher (its checkpoint), or none (for ctrl plan).
 std::optional<ModelConfig> teacher_of(const Config& config);
+// The distillation teacher's checkpoint (train.teacher), read and verified,
+// or null without one. A teacher whose vocabulary or context cannot teach
+// this student is refused, before anything is written, with one line that
+// names `command` ("ctrl train", "ctrl bench") and the checkpoint.
+std::unique_ptr<Checkpoint> open_teacher(const Config& config, const std::string& command);
 // Removes all but the newest `keep`.
 void prune_checkpoints(const std::string& run_dir, int64_t keep);
 std::string checkpoint_path(const std::string& run_dir, int64_t step);

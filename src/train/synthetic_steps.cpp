@@ -4,9 +4,11 @@
 #include <chrono>
 #include <limits>
 
+#include "train/checkpoint.h"
+
 namespace ctrl {
 
-SyntheticSteps::SyntheticSteps(const Config& config, Ops& ops)
+SyntheticSteps::SyntheticSteps(const Config& config, Ops& ops, const std::string& command)
     : config_(config),
       ops_(ops),
       model_(config.model, ops, config.train.micro_batch, activation_dtype(config.train.precision)),
@@ -14,6 +16,13 @@ SyntheticSteps::SyntheticSteps(const Config& config, Ops& ops)
       batches_(Batches::synthetic(config.model.vocab_size, config.model.n_ctx, 1)),
       tokens_(size_t(config.train.micro_batch * config.model.n_ctx)),
       targets_(tokens_.size()) {
+  // Distillation: the teacher as the trainer builds it.
+  if (const std::unique_ptr<Checkpoint> teacher = open_teacher(config, command)) {
+    teacher_ = std::make_unique<Model>(plan::teacher_forward_config(teacher->config().model), ops,
+                                       config.train.micro_batch, activation_dtype(config.train.precision), false);
+    teacher->load_parameters(*teacher_);
+    kl_sum_ = DeviceArray<double>(ops, 1, "distill.kl_sum");
+  }
   model_.init_weights();
 }
 
@@ -21,8 +30,17 @@ double SyntheticSteps::step() {
   const int64_t B = config_.train.micro_batch, T = config_.model.n_ctx;
   batches_.train(steps_ * B, B, tokens_.data(), targets_.data());
   model_.zero_grads();
-  const double loss =
-      model_.forward_backward(tokens_.data(), targets_.data(), B, T, 1.0f / float(B * T), uint64_t(steps_)).mean();
+  Distillation distill;
+  if (teacher_) {
+    distill.teacher = teacher_.get();
+    distill.alpha = float(config_.train.distill_alpha);
+    distill.temperature = float(config_.train.distill_temperature);
+    distill.kl_sum = kl_sum_.data();
+  }
+  const double loss = model_
+                          .forward_backward(tokens_.data(), targets_.data(), B, T, 1.0f / float(B * T),
+                                            uint64_t(steps_), 0, nullptr, teacher_ ? &distill : nullptr)
+                          .mean();
   optimizer_.clip(model_.grads, config_.train.clip_norm);
   optimizer_.step(model_.params, model_.grads, config_.train.lr);
   ops_.synchronize();

@@ -3,6 +3,7 @@
 // precisions with them.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,20 +16,26 @@
 namespace ctrl {
 
 // The config's model at its micro-batch and precision, with its optimizer,
-// on random tokens under one control code.
+// on random tokens under one control code; with train.teacher, distilled
+// from that checkpoint as `ctrl train --teacher` does (the teacher forward
+// only, in the student's precision). `command` names the caller in a bad
+// teacher's error.
 class SyntheticSteps {
  public:
-  SyntheticSteps(const Config& config, Ops& ops);
+  SyntheticSteps(const Config& config, Ops& ops, const std::string& command = "ctrl bench");
   // One step of the next micro-batch: forward, backward, clipping, optimizer,
   // then ops.synchronize() so that a GPU's step has finished, not just been
   // queued. Returns the mean loss. Callers time it.
   double step();
   Model& model() { return model_; }
+  const Model* teacher() const { return teacher_.get(); }
 
  private:
   Config config_;
   Ops& ops_;
   Model model_;
+  std::unique_ptr<Model> teacher_;
+  DeviceArray<double> kl_sum_;  // the teacher's KL, which the distilling head adds up
   Optimizer optimizer_;
   Batches batches_;
   std::vector<int32_t> tokens_, targets_;

@@ -58,29 +58,6 @@ void draw_loss_curve(const std::string& run_dir) {
   if (!train.x.empty()) write_line_chart(run_dir + "/loss.svg", "Training loss", "step", "loss (nats/token)", all);
 }
 
-// The distillation teacher's checkpoint (train.teacher), read and verified,
-// or null without one. A teacher whose vocabulary or context cannot teach
-// this student is refused before anything is written.
-std::unique_ptr<Checkpoint> open_teacher(const Config& config) {
-  const std::string& path = config.train.teacher;
-  if (path.empty()) return nullptr;
-  std::unique_ptr<Checkpoint> teacher;
-  try {
-    teacher = std::make_unique<Checkpoint>(path);
-  } catch (const Error& e) {
-    fail("train.teacher (the distillation teacher): " + std::string(e.what()));
-  }
-  const ModelConfig& tm = teacher->config().model;
-  const std::string where = "ctrl train --teacher " + path + ": ";
-  if (tm.vocab_size != config.model.vocab_size)
-    fail(where + "the teacher's vocabulary has " + std::to_string(tm.vocab_size) + " tokens and the student's " +
-         std::to_string(config.model.vocab_size) + "; student and teacher must share the tokenizer");
-  if (tm.n_ctx < config.model.n_ctx)
-    fail(where + "the teacher's context is " + std::to_string(tm.n_ctx) + " tokens, shorter than the student's " +
-         std::to_string(config.model.n_ctx) + " (set model.n_ctx <= " + std::to_string(tm.n_ctx) + ")");
-  return teacher;
-}
-
 // The same tokenizer and the same control codes, or the teacher's logits do not mean the student's tokens.
 void check_teacher_shares_codes(const CheckpointContents& teacher, const CheckpointContents& student,
                                 const std::string& path) {
@@ -116,7 +93,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
          ") must be a multiple of ranks x train.micro_batch (" + std::to_string(ranks) + " x " +
          std::to_string(t.micro_batch) + ")");
   if (options_.zero != 0 && options_.zero != 1) fail("--zero must be 0 or 1");
-  const std::unique_ptr<Checkpoint> teacher = open_teacher(config_);
+  const std::unique_ptr<Checkpoint> teacher = open_teacher(config_, "ctrl train");
   // Before anything is written or allocated: a run that cannot fit is refused with the figure.
   plan::check_memory(config_, t.micro_batch, options_.zero == 1 ? int(ranks) : 1, plan::available_memory_bytes(),
                      most_cpu_threads(t.threads), teacher ? &teacher->config().model : nullptr);
