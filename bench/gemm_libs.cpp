@@ -29,7 +29,6 @@
 // Note: OpenBLAS and BLIS both export cblas_sgemm; OpenBLAS is linked first so
 // the cblas_* names resolve to it, and BLIS is called only through bli_*.
 #include <blis.h>
-#include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
 
 #include <algorithm>
@@ -42,11 +41,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "model/config.h"
 #include "ops/cpu/gemm.h"
 
@@ -294,7 +295,8 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (k == "--tokens") {
-      tokens = std::atoll(v.c_str());
+      const auto n = ctrl::parse_whole_int(v);
+      tokens = n ? *n : 0;
       if (tokens < 1) {
         std::fprintf(stderr, "gemm_libs: --tokens %s: expected a positive whole number\n", v.c_str());
         return 2;

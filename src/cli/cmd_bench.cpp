@@ -84,7 +84,8 @@ int run(const std::vector<std::string>& argv) {
   // Model FLOPs (the MFU basis) and what the hardware ran, recomputation included.
   const double flops = train_flops_per_token(m) * tokens_per_s;
   const double teacher_flops_per_token = teacher ? forward_flops_per_token(*teacher_config) : 0.0;
-  const double hardware_flops = (train_hardware_flops_per_token(m) + teacher_flops_per_token) * tokens_per_s;
+  const double hardware_flops_per_token = train_hardware_flops_per_token(m) + teacher_flops_per_token;
+  const double hardware_flops = hardware_flops_per_token * tokens_per_s;
   const double peak = ops->measure_peak_gflops(bf16, 1.0) * 1e9;
   nlohmann::ordered_json j;
   j["config"] = config.preset;
@@ -95,7 +96,7 @@ int run(const std::vector<std::string>& argv) {
   j["it_per_s"] = double(steps) / seconds;
   j["tokens_per_s"] = tokens_per_s;
   j["model_flops_per_token"] = train_flops_per_token(m);
-  j["hardware_flops_per_token"] = train_hardware_flops_per_token(m) + teacher_flops_per_token;
+  j["hardware_flops_per_token"] = hardware_flops_per_token;
   if (teacher) {
     j["teacher"] = config.train.teacher;
     j["teacher_parameters"] = teacher->layout().count();
@@ -164,7 +165,7 @@ int run(const std::vector<std::string>& argv) {
     std::printf("  %.1f GFLOP/s achieved = %.0f%% of the measured %s GEMM peak (%.1f GFLOP/s)\n", flops / 1e9,
                 100.0 * flops / peak, bf16 ? "bf16" : "fp32", peak / 1e9);
     std::printf("  %.1f MFLOP per token (model), %.1f with recomputation%s (hardware: %.1f GFLOP/s)\n",
-                train_flops_per_token(m) / 1e6, (train_hardware_flops_per_token(m) + teacher_flops_per_token) / 1e6,
+                train_flops_per_token(m) / 1e6, hardware_flops_per_token / 1e6,
                 teacher ? " and the teacher's forward" : "", hardware_flops / 1e9);
     if (teacher)
       std::printf("  teacher %s: %.2fM parameters, forward %.1f MFLOP per token\n", config.train.teacher.c_str(),

@@ -40,6 +40,10 @@ struct Distillation {
   float alpha = 0.5f, temperature = 2.0f;
   double* kl_sum = nullptr;  // backend double: the rows' summed KL is added here
 };
+// The distillation train.distill_alpha and train.distill_temperature ask for, from `teacher`.
+inline Distillation distillation(Model* teacher, const TrainConfig& t, double* kl_sum) {
+  return {teacher, float(t.distill_alpha), float(t.distill_temperature), kl_sum};
+}
 
 class Model {
  public:

@@ -368,8 +368,8 @@ uint64_t gpu_scratch_bytes(const Config& config, int64_t micro_batch, const Mode
 }
 
 uint64_t gpu_buffer_bytes(const Config& config, int64_t micro_batch, int zero_ranks, const ModelConfig* teacher) {
-  Config on_gpu = config;
-  if (!on_cuda(on_gpu)) on_gpu.train.device = "cuda";
+  Config on_gpu = config;  // counted as the CUDA backend keeps it, whatever the config names
+  on_gpu.train.device = "cuda";
   return memory_estimate(on_gpu, micro_batch, zero_ranks, 0, teacher).buffers() +
          gpu_scratch_bytes(on_gpu, micro_batch, teacher);
 }
@@ -377,7 +377,7 @@ uint64_t gpu_buffer_bytes(const Config& config, int64_t micro_batch, int zero_ra
 void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available, int threads,
                   const ModelConfig* teacher) {
   if (available == 0) return;  // unknown: nothing to check against
-  const bool cpu = config.train.device.rfind("cuda", 0) != 0;
+  const bool cpu = !on_cuda(config);
   auto need = [&](int64_t b) {
     return cpu ? cpu_run_bytes(config, b, zero_ranks, threads, teacher)
                : gpu_buffer_bytes(config, b, zero_ranks, teacher) + kCpuRuntimeOverheadBytes;

@@ -8,7 +8,7 @@
 
 namespace ctrl {
 
-SyntheticSteps::SyntheticSteps(const Config& config, Ops& ops, const std::string& command)
+SyntheticSteps::SyntheticSteps(const Config& config, Ops& ops)
     : config_(config),
       ops_(ops),
       model_(config.model, ops, config.train.micro_batch, activation_dtype(config.train.precision)),
@@ -17,7 +17,7 @@ SyntheticSteps::SyntheticSteps(const Config& config, Ops& ops, const std::string
       tokens_(size_t(config.train.micro_batch * config.model.n_ctx)),
       targets_(tokens_.size()) {
   // Distillation: the teacher as the trainer builds it.
-  if (const std::unique_ptr<Checkpoint> teacher = open_teacher(config, command)) {
+  if (const std::unique_ptr<Checkpoint> teacher = open_teacher(config, "ctrl bench")) {
     teacher_ = std::make_unique<Model>(plan::teacher_forward_config(teacher->config().model), ops,
                                        config.train.micro_batch, activation_dtype(config.train.precision), false);
     teacher->load_parameters(*teacher_);
@@ -30,13 +30,7 @@ double SyntheticSteps::step() {
   const int64_t B = config_.train.micro_batch, T = config_.model.n_ctx;
   batches_.train(steps_ * B, B, tokens_.data(), targets_.data());
   model_.zero_grads();
-  Distillation distill;
-  if (teacher_) {
-    distill.teacher = teacher_.get();
-    distill.alpha = float(config_.train.distill_alpha);
-    distill.temperature = float(config_.train.distill_temperature);
-    distill.kl_sum = kl_sum_.data();
-  }
+  const Distillation distill = distillation(teacher_.get(), config_.train, kl_sum_.data());
   const double loss = model_
                           .forward_backward(tokens_.data(), targets_.data(), B, T, 1.0f / float(B * T),
                                             uint64_t(steps_), 0, nullptr, teacher_ ? &distill : nullptr)

@@ -18,11 +18,10 @@ namespace ctrl {
 // The config's model at its micro-batch and precision, with its optimizer,
 // on random tokens under one control code; with train.teacher, distilled
 // from that checkpoint as `ctrl train --teacher` does (the teacher forward
-// only, in the student's precision). `command` names the caller in a bad
-// teacher's error.
+// only, in the student's precision; only `ctrl bench` passes one).
 class SyntheticSteps {
  public:
-  SyntheticSteps(const Config& config, Ops& ops, const std::string& command = "ctrl bench");
+  SyntheticSteps(const Config& config, Ops& ops);
   // One step of the next micro-batch: forward, backward, clipping, optimizer,
   // then ops.synchronize() so that a GPU's step has finished, not just been
   // queued. Returns the mean loss. Callers time it.

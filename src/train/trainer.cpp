@@ -310,13 +310,7 @@ void Trainer::accumulate_gradients(float grad_scale) {
   model_->zero_grads();
   const double zeros[3] = {0, 0, 0};
   scalars_.upload(zeros, 3);
-  Distillation distill;
-  if (teacher_) {
-    distill.teacher = teacher_.get();
-    distill.alpha = float(t.distill_alpha);
-    distill.temperature = float(t.distill_temperature);
-    distill.kl_sum = scalars_.data() + 1;
-  }
+  const Distillation distill = distillation(teacher_.get(), t, scalars_.data() + 1);
   const int64_t first = state_.next_sequence + comm_->rank() * per_rank;
   for (int64_t m = 0; m < micro_steps; ++m) {
     const int64_t seq = first + m * t.micro_batch;
