@@ -359,6 +359,29 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
       EXPECT_FALSE(j.contains("fp32_probe_step_s"));
     }
   }
+
+  // Resuming the teacher's run reads its optimizer state a piece at a time:
+  // its peak is the fresh run's, where a whole state buffer staged on the
+  // host once put it 96 MiB above (`small`). And within what the run was
+  // checked against.
+  std::string resumed;
+  ASSERT_EQ(run(test_support::ctrl_binary() + " train --config small --out " + dir +
+                    " --set train.steps=2 --set model.n_layer=8 --set model.d_ff=2048 --resume 2>&1",
+                &resumed),
+            0)
+      << resumed;
+  auto peak_mib = [](const std::string& out) {
+    const size_t at = out.find("(peak memory ");
+    return at == std::string::npos ? -1.0 : std::atof(out.c_str() + at + 13);
+  };
+  const double fresh_peak = peak_mib(trained), resumed_peak = peak_mib(resumed);
+  ASSERT_GT(fresh_peak, 0) << trained;
+  EXPECT_GT(resumed_peak, 0) << resumed;
+  EXPECT_LE(resumed_peak, fresh_peak + 8) << resumed;
+  const Config deeper = config_of("small", {"model.n_layer=8", "model.d_ff=2048"});
+  EXPECT_LE(resumed_peak * (1 << 20),
+            double(plan::cpu_run_bytes(deeper, deeper.train.micro_batch, 1, most_cpu_threads(0), nullptr)));
+  std::printf("resumed: peak %.0f MiB, fresh %.0f MiB\n", resumed_peak, fresh_peak);
 }
 
 // The memory a CPU run is planned and checked at is that of the most threads

@@ -118,7 +118,8 @@ TEST(Batches, SequencesStartWithTheControlCodeAndTargetsShiftByOne) {
 
 // A streamed optimizer state (as ZeRO-1 writes it, piece by piece) makes the
 // same checkpoint as the state in memory: same tensors, same bytes, a valid
-// checksum. Pieces of 7 floats split every tensor across several pieces.
+// checksum. Pieces of 7 floats split every tensor across several pieces, in
+// writing and in reading back as a resume does.
 TEST(Checkpoint, StreamedOptimizerStateWritesTheSameFile) {
   ModelConfig mc;
   mc.vocab_size = 13, mc.n_layer = 1, mc.d_model = 8, mc.n_head = 2, mc.d_ff = 12, mc.n_ctx = 4;
@@ -151,8 +152,14 @@ TEST(Checkpoint, StreamedOptimizerStateWritesTheSameFile) {
 
   EXPECT_EQ(read_file(dir + "/memory.ckpt"), read_file(dir + "/streamed.ckpt"));
   Checkpoint loaded(dir + "/streamed.ckpt");  // verifies the checksum
+  const ParamLayout& layout = model.layout();
   std::vector<float> back(m.size(), -1.0f);
-  loaded.read_optimizer_state("adamw.v", model.layout(), back.data());
-  for (const auto& t : model.layout().tensors)
+  loaded.read_optimizer_state("adamw.v", layout, 0, layout.total, back.data());
+  for (const auto& t : layout.tensors)
     for (size_t i = 0; i < t.numel; ++i) ASSERT_EQ(back[t.offset + i], v[t.offset + i]) << t.name;
+  // A resume reads pieces that start and end inside tensors; they join into the same buffer.
+  std::vector<float> joined(layout.total, -1.0f);
+  for (size_t at = 0; at < layout.total; at += 7)
+    loaded.read_optimizer_state("adamw.v", layout, at, std::min<size_t>(7, layout.total - at), joined.data() + at);
+  EXPECT_EQ(joined, back);
 }

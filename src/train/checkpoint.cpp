@@ -255,13 +255,6 @@ static const uint8_t* tensor_bytes(const SafetensorsReader& file, const std::str
   return info.data;
 }
 
-// Copies a tensor out of the mapped file and drops its pages from this process (SafetensorsReader::release).
-static void copy_tensor(const SafetensorsReader& file, const std::string& name, const ParamTensor& t, float* dst) {
-  const uint8_t* bytes = tensor_bytes(file, name, t);
-  std::memcpy(dst, bytes, t.numel * sizeof(float));
-  file.release(bytes, t.numel * sizeof(float));
-}
-
 void Checkpoint::load_parameters(Model& model) const {
   // kInitStagingFloats at a time, as Model::init_weights uploads: a whole
   // tensor's staging and its mapped pages (the embedding: 2 x 47 MiB at
@@ -280,21 +273,22 @@ void Checkpoint::load_parameters(Model& model) const {
 
 const void* Checkpoint::parameter(const ParamTensor& t) const { return tensor_bytes(*file_, t.name, t); }
 
-void Checkpoint::read_optimizer_state(const std::string& name, const ParamLayout& layout, float* out) const {
-  for (const auto& t : layout.tensors) copy_tensor(*file_, "optimizer." + name + "." + t.name, t, out + t.offset);
+void Checkpoint::read_optimizer_state(const std::string& name, const ParamLayout& layout, size_t begin, size_t count,
+                                      float* out) const {
+  CTRL_ASSERT(begin + count <= layout.total);
+  std::fill(out, out + count, 0.0f);
+  const size_t end = begin + count;
+  for (const auto& t : layout.tensors) {
+    const size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
+    if (lo >= hi) continue;
+    const uint8_t* bytes =
+        tensor_bytes(*file_, "optimizer." + name + "." + t.name, t) + (lo - t.offset) * sizeof(float);
+    std::memcpy(out + (lo - begin), bytes, (hi - lo) * sizeof(float));
+    file_->release(bytes, (hi - lo) * sizeof(float));
+  }
 }
 
 int64_t Checkpoint::optimizer_step() const { return optimizer_step_; }
-
-void Checkpoint::load_optimizer(Optimizer& optimizer) const {
-  const ParamLayout layout = make_param_layout(contents_.config.model);
-  std::vector<float> full(layout.total);  // host staging
-  for (auto& [state_name, buffer] : optimizer.state()) {
-    read_optimizer_state(state_name, layout, full.data());
-    optimizer.load_state(state_name, full.data());
-  }
-  optimizer.set_step_count(optimizer_step());
-}
 
 std::string checkpoint_path(const std::string& run_dir, int64_t step) {
   char name[64];

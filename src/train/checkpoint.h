@@ -92,10 +92,13 @@ class Checkpoint {
   // Parameter tensor t's bytes (t.numel floats, in the mapped file, possibly
   // unaligned: copy them with memcpy), checked against its shape.
   const void* parameter(const ParamTensor& t) const;
-  // Reads one full-size optimizer state buffer (e.g. "adamw.m") into out.
-  void read_optimizer_state(const std::string& name, const ParamLayout& layout, float* out) const;
+  // Elements [begin, begin + count) of an optimizer state buffer (e.g.
+  // "adamw.m") over the flat layout into out, zero between tensors, dropping
+  // the pages read from this process: a resume reads a piece at a time and
+  // never holds a whole buffer.
+  void read_optimizer_state(const std::string& name, const ParamLayout& layout, size_t begin, size_t count,
+                            float* out) const;
   int64_t optimizer_step() const;
-  void load_optimizer(Optimizer& optimizer) const;
 
  private:
   std::unique_ptr<SafetensorsReader> file_;

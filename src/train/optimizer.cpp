@@ -56,12 +56,12 @@ std::vector<std::pair<std::string, DeviceArray<float>*>> Optimizer::state() {
   return {{"adagrad.accumulator", &v_}};
 }
 
-void Optimizer::load_state(const std::string& name, const float* full) {
+void Optimizer::load_state(const std::string& name, const float* piece, size_t begin, size_t count) {
+  const size_t lo = std::max(begin, shard_begin_),
+               hi = std::min({begin + count, shard_begin_ + shard_size_, layout_.total});
+  if (lo >= hi) return;
   for (auto& [n, buffer] : state())
-    if (n == name) {
-      const size_t count = std::min(shard_size_, layout_.total - std::min(layout_.total, shard_begin_));
-      buffer->upload(full + shard_begin_, count);
-    }
+    if (n == name) buffer->upload(piece + (lo - begin), hi - lo, lo - shard_begin_);
 }
 
 double learning_rate(const TrainConfig& c, int64_t step) {

@@ -45,8 +45,9 @@ class Optimizer {
   // The state buffers by name ("adamw.m", "adamw.v" or "adagrad.accumulator"),
   // each covering the shard.
   std::vector<std::pair<std::string, DeviceArray<float>*>> state();
-  // Uploads the shard out of a full-size (layout.total) host state buffer.
-  void load_state(const std::string& name, const float* full);
+  // Uploads the shard's part of elements [begin, begin + count) of state
+  // buffer `name`, given as a host piece of the full-size buffer.
+  void load_state(const std::string& name, const float* piece, size_t begin, size_t count);
 
  private:
   TrainConfig config_;

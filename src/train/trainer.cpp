@@ -255,12 +255,17 @@ void Trainer::share_initial_state(const Checkpoint* checkpoint) {
   comm_->broadcast(&state_.scaler, sizeof state_.scaler, 0);
   state_.step = flags[2], state_.next_sequence = flags[3];
   if (!flags[1]) return;
-  std::vector<float> full(layout.total);  // host staging
-  for (auto& [name, buffer] : optimizer_->state()) {
-    if (writer()) checkpoint->read_optimizer_state(name, layout, full.data());
-    comm_->broadcast(full.data(), layout.total * sizeof(float), 0);
-    optimizer_->load_state(name, full.data());
-  }
+  // A piece at a time: rank 0 reads it, every rank keeps its shard's part.
+  // A whole buffer staged on the host put a resumed `small` 96 MiB above a
+  // fresh run's peak.
+  std::vector<float> piece(std::min(kInitStagingFloats, layout.total));
+  for (auto& [name, buffer] : optimizer_->state())
+    for (size_t at = 0; at < layout.total; at += piece.size()) {
+      const size_t n = std::min(piece.size(), layout.total - at);
+      if (writer()) checkpoint->read_optimizer_state(name, layout, at, n, piece.data());
+      comm_->broadcast(piece.data(), n * sizeof(float), 0);
+      optimizer_->load_state(name, piece.data(), at, n);
+    }
   int64_t opt_step = writer() ? checkpoint->optimizer_step() : 0;
   comm_->broadcast(&opt_step, sizeof opt_step, 0);
   optimizer_->set_step_count(opt_step);
