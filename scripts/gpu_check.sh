@@ -9,7 +9,7 @@
 # --version); the op table and EveryBackend on cuda against the CPU
 # reference; the model-level suite on cuda (ctest's cuda_suite filter:
 # training, bit-exact resume, HF fixtures, mixed precision, gradient checks);
-# ctrl bench --device cuda on tiny and small in fp32 and bf16, base in bf16 and fp16, tiny bf16
+# ctrl bench --device "$dev" on tiny and small in fp32 and bf16, base in bf16 and fp16, tiny bf16
 # distilled from a teacher it trains first. A phase that
 # fails or times out is recorded and the next one still runs.
 # Without a GPU it stops after the first phase with "no CUDA device".
@@ -29,6 +29,11 @@
 # time left, and a phase with under 15 s left is recorded as skipped, so one
 # call ends in time with the most important phases done. What was skipped can
 # run in a second call, e.g. PHASES=peer bash scripts/gpu_check.sh BUNDLE.
+#
+# GPU_CHECK_DEVICE=cpu is a rehearsal on a machine without a GPU: every phase
+# runs on the CPU backend instead (PyTorch too, with PY, default python3), so a
+# mistake in this script or the bundle shows before a GPU session is spent on
+# it. Its figures mean nothing, and the GPU-only tests skip.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle=${1:-build-gpu/ctrl-gpu-bundle.tar.xz}
@@ -139,7 +144,10 @@ PY
 log "phase 1: machine"
 timeout 20 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
 cat "$out/version.txt" | tee -a "$out/check.log"
-if ! grep -q "a CUDA device is present" "$out/version.txt"; then
+dev=${GPU_CHECK_DEVICE:-cuda}
+[[ $dev == cuda || $dev == cpu ]] || { log "GPU_CHECK_DEVICE=$dev: expected cuda or cpu"; exit 2; }
+PY=${PY:-python3}
+if [[ $dev == cuda ]] && ! grep -q "a CUDA device is present" "$out/version.txt"; then
   row machine FAIL $(( $(date +%s) - t0 )) "no CUDA device: $(head -c 300 "$out/version.txt" | tr '\n|' ' /')"
   log "no CUDA device (or this ctrl has no CUDA): stopping; see $out/version.txt and $out/nvidia-smi.txt"
   exit 1
@@ -183,14 +191,15 @@ fi
 # Phase 3: the model-level suite on the CUDA backend (CMakeLists.txt's
 # cuda_suite filter), in four parts so that one part's timeout keeps the
 # others' reports.
-suite() { want suite && phase "$1" "$2" env CTRL_DEVICE=cuda "$work/run/ctrl_tests" --gtest_filter="$3" --gtest_output="json:$out/$1.json"; }
+suite() { want suite && phase "$1" "$2" env CTRL_DEVICE=$dev "$work/run/ctrl_tests" --gtest_filter="$3" --gtest_output="json:$out/$1.json"; }
 suite suite_train 60 'Trainer*:Checkpoint*:Clip*:Nccl*'
 suite suite_mixed 70 'MixedPrecision*:Distill.*'
 suite suite_hf 60 'HuggingFace*:Generator*:Oracle/*:ToyTask*:Plan.*:ControlCodes*:ControlAccuracy*'
 suite suite_grad 55 'GradCheck.WholeModel*:GradCheck.ParameterGradients*:GradCheck.MicroBatches*:Variants/DoubleReference*:Lighter*'
 
-# The JSON of a `ctrl bench --json` phase NAME as NAME.result.json, and its
-# main figures as a row of the table.
+# bench_row NAME [LABEL]: the JSON of a `ctrl bench --json` phase NAME as
+# NAME.result.json, and its main figures as a row below the phase's,
+# labelled LABEL (default "figures").
 bench_row() {
   sed -n '/^{/,/^}/p' "$out/$1.log" >"$out/$1.result.json" 2>/dev/null
   python3 - "$out/$1.result.json" "${2:-}" >>"$results" 2>/dev/null <<'PY' || true
@@ -200,7 +209,7 @@ keys = ["config", "precision", "gpu", "tokens_per_s", "it_per_s", "achieved_gflo
 fields = [f"{k} {j[k]:.4g}" if isinstance(j.get(k), float) else f"{k} {j[k]}" for k in keys if k in j]
 if j.get("planned_peak_device_bytes"):  # the planner's memory against this run's
     fields.append(f"device memory / plan {j['peak_device_bytes'] / j['planned_peak_device_bytes']:.4f}")
-print("| " + sys.argv[2] + " | " + ", ".join(fields) + " | | |")
+print("| ↳ " + (sys.argv[2] or "figures") + " | " + ", ".join(fields) + " | | |")
 PY
 }
 
@@ -209,7 +218,7 @@ want bench && for run in tiny:fp32 tiny:bf16 small:fp32 small:bf16 base:bf16 bas
   cfg=${run%:*} prec=${run#*:}
   (
     name=bench_${cfg}_${prec}
-    phase "$name" 25 env CTRL_CUDA_VERBOSE=1 "$work/run/ctrl" bench --device cuda --config "$cfg" --steps 10 \
+    phase "$name" 25 env CTRL_CUDA_VERBOSE=1 "$work/run/ctrl" bench --device "$dev" --config "$cfg" --steps 10 \
       --warmup 3 --set train.precision=$prec --json
     # A product on the fallback kernel is correct but far too slow for a model's shapes: say so.
     slow=$(grep -E 'cuBLASLt has no algorithm|cuBLASLt refused|no cuBLASLt' "$out/$name.log" 2>/dev/null)
@@ -222,9 +231,9 @@ done
 # tokens, on this GPU), then tiny bf16 distilled from it: its peak device
 # memory against the plan's count with the teacher.
 if want bench; then
-  phase teacher_tiny 30 "$work/run/ctrl" train --device cuda --config tiny --out "$work/teacher" \
+  phase teacher_tiny 30 "$work/run/ctrl" train --device "$dev" --config tiny --out "$work/teacher" \
     --set train.steps=1 --set model.n_layer=6
-  phase bench_tiny_bf16_distill 25 "$work/run/ctrl" bench --device cuda --config tiny --steps 10 --warmup 3 \
+  phase bench_tiny_bf16_distill 25 "$work/run/ctrl" bench --device "$dev" --config tiny --steps 10 --warmup 3 \
     --set train.precision=bf16 --teacher "$work/teacher/checkpoints/step-00000001.ckpt" --json
   bench_row bench_tiny_bf16_distill "distillation"
 fi
@@ -235,7 +244,7 @@ fi
 # `upload` is the model's initialisation's copies). The table that showed
 # attention's per-sequence launches on the first GPU run.
 if want bench; then
-  phase profile_medium_bf16 40 "$work/run/ctrl" bench --device cuda --config medium --steps 3 --warmup 2 \
+  phase profile_medium_bf16 40 "$work/run/ctrl" bench --device "$dev" --config medium --steps 3 --warmup 2 \
     --set train.micro_batch=32 --set train.global_batch=32 --set model.embd_pdrop=0 --set model.resid_pdrop=0 \
     --set train.precision=bf16 --profile
   if grep -q '^time per op' "$out/profile_medium_bf16.log" 2>/dev/null; then
@@ -247,7 +256,7 @@ fi
 # eager on medium's shapes (bench/products_vs_pytorch.sh): whether a slow op is
 # slow in itself, and by how much against the peer.
 if want products; then
-  phase products_medium_bf16 60 env PRODUCTS="$work/run/step_products" PY=python3 DEVICE=cuda PRESETS=medium \
+  phase products_medium_bf16 60 env PRODUCTS="$work/run/step_products" PY="$PY" DEVICE=$dev PRESETS=medium \
     PRECISIONS=bf16 BATCH=32 ROUNDS=1 RESULTS="$out/products" bash bench/products_vs_pytorch.sh
   [[ -f $out/products/products-vs-pytorch.md ]] && { echo; tail -n +3 "$out/products/products-vs-pytorch.md"; } >>"$results"
 fi
@@ -258,17 +267,17 @@ fi
 # medium and base bf16 at micro-batch 32 with and without it, and where a
 # medium step's time goes with it.
 if want fused; then
-  phase suite_fused 70 env CTRL_DEVICE=cuda CTRL_CUDA_ATTENTION=fused "$work/run/ctrl_tests" \
+  phase suite_fused 70 env CTRL_DEVICE=$dev CTRL_CUDA_ATTENTION=fused "$work/run/ctrl_tests" \
     --gtest_filter='MixedPrecision*:Trainer*:Checkpoint*:GradCheck.WholeModel*:Plan.GpuBenchs*' \
     --gtest_output="json:$out/suite_fused.json"
   for run in medium:unfused medium:fused base:unfused base:fused; do
     cfg=${run%:*} attention=${run#*:}
     phase "bench_${cfg}_bf16_b32_${attention}" 40 env CTRL_CUDA_ATTENTION=$attention "$work/run/ctrl" bench \
-      --device cuda --config "$cfg" --steps 5 --warmup 2 --set train.micro_batch=32 --set train.global_batch=32 \
+      --device "$dev" --config "$cfg" --steps 5 --warmup 2 --set train.micro_batch=32 --set train.global_batch=32 \
       --set train.precision=bf16 --json
     bench_row "bench_${cfg}_bf16_b32_${attention}" "attention $attention"
   done
-  phase profile_medium_bf16_fused 40 env CTRL_CUDA_ATTENTION=fused "$work/run/ctrl" bench --device cuda \
+  phase profile_medium_bf16_fused 40 env CTRL_CUDA_ATTENTION=fused "$work/run/ctrl" bench --device "$dev" \
     --config medium --steps 3 --warmup 2 --set train.micro_batch=32 --set train.global_batch=32 \
     --set model.embd_pdrop=0 --set model.resid_pdrop=0 --set train.precision=bf16 --profile
   if grep -q '^time per op' "$out/profile_medium_bf16_fused.log" 2>/dev/null; then
@@ -289,7 +298,7 @@ fi
 # the JSON of those that finished; the report is then made from them).
 if want peer; then
   commit=$(sed -n 's/^commit[ =:]*//p' "$work/build-info.txt")
-  peer=(env CTRL="$work/run/ctrl" PY=python3 COMMIT="$commit")
+  peer=(env CTRL="$work/run/ctrl" PY="$PY" COMMIT="$commit" DEVICE="$dev")
   phase peer_bf16 "${PEER_SECONDS:-420}" "${peer[@]}" RESULTS="$out/peer_bf16" PRESETS="medium base" \
     PRECISIONS=bf16 PEERS="eager compile" bash bench/gpu_vs_pytorch.sh
   phase peer_fp16 120 "${peer[@]}" RESULTS="$out/peer_fp16" PRESETS=base PRECISIONS="fp16 fp32" PEERS=eager \
@@ -306,7 +315,7 @@ fi
 # takes minutes to compile on 2 cores.
 if want cpu; then
   pin=(); command -v taskset >/dev/null && pin=(taskset -c 0,1)  # else 2 threads among all the CPUs
-  phase cpu_vs_pytorch "${CPU_SECONDS:-150}" "${pin[@]}" env CTRL="$work/run/ctrl" PY=python3 THREADS=2 \
+  phase cpu_vs_pytorch "${CPU_SECONDS:-150}" "${pin[@]}" env CTRL="$work/run/ctrl" PY="$PY" THREADS=2 \
     RESULTS="$out/cpu" PRESETS="${CPU_PRESETS:-small}" PRECISIONS="bf16 fp32" PEERS=eager STEPS=3 WARMUP=1 \
     bash bench/train_vs_pytorch.sh
   [[ -f $out/cpu/train-vs-pytorch.md ]] && { echo; cat "$out/cpu/train-vs-pytorch.md"; } >>"$results"
