@@ -35,6 +35,7 @@ namespace {
 
 // MPI counts are ints: longer buffers go in pieces of this many elements.
 constexpr size_t kMaxChunk = size_t{1} << 30;
+constexpr size_t kReducePieceFloats = size_t{1} << 20;  // 4 MiB
 
 std::atomic<bool> g_mpi_made{false};
 
@@ -145,10 +146,20 @@ class MpiCommunicator final : public Communicator {
     wait(submit("barrier", [] { MPI_Barrier(MPI_COMM_WORLD); }));
   }
 
+  // One rooted reduce per rank's block, a piece at a time, rather than
+  // MPI_Reduce_scatter_block: Open MPI's default algorithm for it reduces the
+  // whole buffer into a temporary on rank 0, which put ZeRO-1's rank 0 above
+  // ZeRO-0's peak (bench/results/zero1-memory.md). A piece bounds what any
+  // algorithm may stage; the traffic is the same.
   void reduce_scatter_sum(const float* in, float* out, size_t count) override {
     check_count("reduce_scatter_sum", count);
     wait(submit("reduce_scatter_sum of " + std::to_string(count) + " floats per rank", [=] {
-      MPI_Reduce_scatter_block(in, out, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      for (int root = 0; root < size_; ++root)
+        for (size_t off = 0; off < count; off += kReducePieceFloats) {
+          const int n = static_cast<int>(std::min(kReducePieceFloats, count - off));
+          MPI_Reduce(in + size_t(root) * count + off, root == rank_ ? out + off : nullptr, n, MPI_FLOAT, MPI_SUM, root,
+                     MPI_COMM_WORLD);
+        }
     }));
   }
 

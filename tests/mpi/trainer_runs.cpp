@@ -29,6 +29,9 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "plan/plan.h"
 #include "train/checkpoint.h"
 #include "train/run_dir.h"
 #ifdef CTRL_HAVE_NCCL
@@ -248,6 +251,42 @@ TEST(MpiTrainerMatchSharing, TwoRanksMatchOneRankWithSharedLayers) {
   ASSERT_EQ(j.exit_code, 0) << j.output;
   expect_same_metrics(two, one, kLossTolerance);
   expect_same_checkpoint(two, one, kParamTolerance);
+}
+
+// ZeRO-1 keeps 1/N of the optimizer state on each rank, and the reduction
+// of the gradients must not give the saving back: Open MPI's
+// MPI_Reduce_scatter_block reduced the whole gradient into a temporary on
+// rank 0, whose peak was then 18 MiB above ZeRO-0's (`small` at T 16, 2
+// ranks; 2P bytes = 44 MiB below it is the steady-state saving). Rank 0's
+// peak (`done: ... (peak memory N MiB)`) must fall by at least P bytes, and
+// the plan must count it as well as it counts ZeRO-0's.
+TEST(MpiTrainerMemory, ZeroOneLowersRankZerosPeak) {
+  const std::string flags =
+      " --config small --set model.n_ctx=16 --set train.micro_batch=1 --set train.global_batch=2 --set "
+      "train.steps=3 --set train.eval_every=0 --set train.checkpoint_every=0 --set train.threads=1";
+  auto peak_mib = [&](int zero) {
+    const std::string dir = fresh_dir("memory_zero" + std::to_string(zero));
+    const Job j = run("mpiexec --oversubscribe --bind-to none -np 2 " + std::string(CTRL_BINARY) + " train" + flags +
+                      " --out " + dir + " --zero " + std::to_string(zero));
+    EXPECT_EQ(j.exit_code, 0) << j.output;
+    const size_t at = j.output.find("(peak memory ");
+    EXPECT_NE(at, std::string::npos) << j.output;
+    return at == std::string::npos ? 0.0 : std::atof(j.output.c_str() + at + 13);
+  };
+  const double zero0 = peak_mib(0), zero1 = peak_mib(1);
+  Config c = load_config("small");
+  for (const char* set : {"model.n_ctx=16", "train.micro_batch=1", "train.global_batch=2", "train.threads=1"})
+    apply_override(c, set);
+  const double params_mib = double(make_param_layout(c.model).total) / (1 << 20);
+  EXPECT_LE(zero1, zero0 - params_mib) << "ZeRO-1 " << zero1 << " MiB, ZeRO-0 " << zero0 << " MiB";
+  // Both runs carry Open MPI's own memory, which the plan does not count
+  // (about 20 MiB a rank); beyond it, ZeRO-1's count must be as close as
+  // ZeRO-0's, give or take one 4 MiB piece of the reduction.
+  const double planned0 = double(plan::cpu_run_bytes(c, 1, 1, 1)) / (1 << 20),
+               planned1 = double(plan::cpu_run_bytes(c, 1, 2, 1)) / (1 << 20);
+  EXPECT_LE(zero1 - planned1, zero0 - planned0 + 8) << "planned " << planned0 << " and " << planned1 << " MiB";
+  std::printf("rank 0's peak: ZeRO-0 %.0f MiB (planned %.0f), ZeRO-1 %.0f MiB (planned %.0f)\n", zero0, planned0, zero1,
+              planned1);
 }
 
 // 2 ranks train 10 of 20 steps with ZeRO-1 (the optimizer state is gathered
