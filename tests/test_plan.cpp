@@ -362,8 +362,8 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
 
   // Resuming the teacher's run reads its optimizer state a piece at a time:
   // its peak is the fresh run's, where a whole state buffer staged on the
-  // host once put it 96 MiB above (`small`). And within what the run was
-  // checked against.
+  // host once put it 96 MiB above (`small`). And within 5% of what the run
+  // was checked against.
   std::string resumed;
   ASSERT_EQ(run(test_support::ctrl_binary() + " train --config small --out " + dir +
                     " --set train.steps=2 --set model.n_layer=8 --set model.d_ff=2048 --resume 2>&1",
@@ -380,7 +380,7 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
   EXPECT_LE(resumed_peak, fresh_peak + 8) << resumed;
   const Config deeper = config_of("small", {"model.n_layer=8", "model.d_ff=2048"});
   EXPECT_LE(resumed_peak * (1 << 20),
-            double(plan::cpu_run_bytes(deeper, deeper.train.micro_batch, 1, most_cpu_threads(0), nullptr)));
+            1.05 * double(plan::cpu_run_bytes(deeper, deeper.train.micro_batch, 1, most_cpu_threads(0), nullptr)));
   std::printf("resumed: peak %.0f MiB, fresh %.0f MiB\n", resumed_peak, fresh_peak);
 }
 
