@@ -5,6 +5,7 @@
 // 1-layer model with AdamW state and two control codes) into DIR and exits.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -69,8 +71,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ctrl::Model model(ckpt.config().model, *ops, 0);
       ckpt.load_parameters(model);
       if (ckpt.has_optimizer_state(ckpt.config().train.optimizer)) {
-        ctrl::Optimizer optimizer(ckpt.config().train, model.layout(), *ops);
-        ckpt.load_optimizer(optimizer);
+        // As a resume reads it: in pieces that cut across tensors.
+        const ctrl::ParamLayout& layout = model.layout();
+        ctrl::Optimizer optimizer(ckpt.config().train, layout, *ops);
+        std::vector<float> piece(7);
+        for (auto& [name, buffer] : optimizer.state())
+          for (size_t at = 0; at < layout.total; at += piece.size()) {
+            const size_t n = std::min(piece.size(), layout.total - at);
+            ckpt.read_optimizer_state(name, layout, at, n, piece.data());
+            optimizer.load_state(name, piece.data(), at, n);
+          }
+        optimizer.set_step_count(ckpt.optimizer_step());
       }
     }
   } catch (const ctrl::Error&) {
