@@ -9,7 +9,7 @@
 # --version); the op table and EveryBackend on cuda against the CPU
 # reference; the model-level suite on cuda (ctest's cuda_suite filter:
 # training, bit-exact resume, HF fixtures, mixed precision, gradient checks);
-# ctrl bench --device "$dev" on tiny and small in fp32 and bf16, base in bf16 and fp16, tiny bf16
+# ctrl bench --device cuda on tiny and small in fp32 and bf16, base in bf16 and fp16, tiny bf16
 # distilled from a teacher it trains first. A phase that
 # fails or times out is recorded and the next one still runs.
 # Without a GPU it stops after the first phase with "no CUDA device".
