@@ -5,7 +5,6 @@
 // 1-layer model with AdamW state and two control codes) into DIR and exits.
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -13,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <vector>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -71,16 +69,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ctrl::Model model(ckpt.config().model, *ops, 0);
       ckpt.load_parameters(model);
       if (ckpt.has_optimizer_state(ckpt.config().train.optimizer)) {
-        // As a resume reads it: in pieces that cut across tensors.
+        // As a resume reads it, in pieces that cut across tensors.
         const ctrl::ParamLayout& layout = model.layout();
         ctrl::Optimizer optimizer(ckpt.config().train, layout, *ops);
-        std::vector<float> piece(7);
-        for (auto& [name, buffer] : optimizer.state())
-          for (size_t at = 0; at < layout.total; at += piece.size()) {
-            const size_t n = std::min(piece.size(), layout.total - at);
-            ckpt.read_optimizer_state(name, layout, at, n, piece.data());
-            optimizer.load_state(name, piece.data(), at, n);
-          }
+        optimizer.load_state([&](const std::string& name, size_t begin, size_t count,
+                                 float* out) { ckpt.read_optimizer_state(name, layout, begin, count, out); },
+                             7);
         optimizer.set_step_count(ckpt.optimizer_step());
       }
     }

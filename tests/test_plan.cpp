@@ -370,11 +370,8 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
                 &resumed),
             0)
       << resumed;
-  auto peak_mib = [](const std::string& out) {
-    const size_t at = out.find("(peak memory ");
-    return at == std::string::npos ? -1.0 : std::atof(out.c_str() + at + 13);
-  };
-  const double fresh_peak = peak_mib(trained), resumed_peak = peak_mib(resumed);
+  const double fresh_peak = test_support::peak_memory_mib(trained),
+               resumed_peak = test_support::peak_memory_mib(resumed);
   ASSERT_GT(fresh_peak, 0) << trained;
   EXPECT_GT(resumed_peak, 0) << resumed;
   EXPECT_LE(resumed_peak, fresh_peak + 8) << resumed;

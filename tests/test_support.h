@@ -63,6 +63,14 @@ class ScopedEnv {
 // The source tree and the ctrl binary: compiled in, or CTRL_TEST_SOURCE_DIR /
 // CTRL_TEST_BINARY when the tests run from a bundle unpacked elsewhere
 // (scripts/gpu_check.sh on a GPU machine).
+// The peak memory `ctrl train` prints on its last line ("done: DIR (peak
+// memory N MiB); ..."), in MiB; -1 when the output has none.
+inline double peak_memory_mib(const std::string& output) {
+  const std::string key = "(peak memory ";
+  const size_t at = output.find(key);
+  return at == std::string::npos ? -1.0 : std::atof(output.c_str() + at + key.size());
+}
+
 inline std::string source_dir() {
   const char* e = std::getenv("CTRL_TEST_SOURCE_DIR");
   return e && *e ? e : CTRL_SOURCE_DIR;

@@ -149,8 +149,9 @@ class MpiCommunicator final : public Communicator {
   // One rooted reduce per rank's block, a piece at a time, rather than
   // MPI_Reduce_scatter_block: Open MPI's default algorithm for it reduces the
   // whole buffer into a temporary on rank 0, which put ZeRO-1's rank 0 above
-  // ZeRO-0's peak (bench/results/zero1-memory.md). A piece bounds what any
-  // algorithm may stage; the traffic is the same.
+  // ZeRO-0's peak. A piece bounds what any algorithm may stage; with 2 ranks
+  // on one host the step also ran 1.11-1.5x faster (bench/results/zero1-memory.md;
+  // more ranks and several hosts are not measured).
   void reduce_scatter_sum(const float* in, float* out, size_t count) override {
     check_count("reduce_scatter_sum", count);
     wait(submit("reduce_scatter_sum of " + std::to_string(count) + " floats per rank", [=] {

@@ -262,8 +262,8 @@ void Checkpoint::load_parameters(Model& model) const {
   std::vector<float> staging(kInitStagingFloats);  // the mapped file's bytes need not be float-aligned
   for (const auto& t : model.layout().tensors) {
     const uint8_t* bytes = tensor_bytes(*file_, t.name, t);
-    for (size_t at = 0; at < size_t(t.numel); at += kInitStagingFloats) {
-      const size_t n = std::min(kInitStagingFloats, size_t(t.numel) - at);
+    for (size_t at = 0; at < t.numel; at += kInitStagingFloats) {
+      const size_t n = std::min(kInitStagingFloats, t.numel - at);
       std::memcpy(staging.data(), bytes + at * sizeof(float), n * sizeof(float));
       file_->release(bytes + at * sizeof(float), n * sizeof(float));
       model.params.upload(staging.data(), n, t.offset + at);

@@ -56,12 +56,17 @@ std::vector<std::pair<std::string, DeviceArray<float>*>> Optimizer::state() {
   return {{"adagrad.accumulator", &v_}};
 }
 
-void Optimizer::load_state(const std::string& name, const float* piece, size_t begin, size_t count) {
-  const size_t lo = std::max(begin, shard_begin_),
-               hi = std::min({begin + count, shard_begin_ + shard_size_, layout_.total});
-  if (lo >= hi) return;
-  for (auto& [n, buffer] : state())
-    if (n == name) buffer->upload(piece + (lo - begin), hi - lo, lo - shard_begin_);
+void Optimizer::load_state(const StateReader& read, size_t piece_floats) {
+  CTRL_ASSERT(piece_floats > 0);
+  const size_t total = layout_.total, shard_end = std::min(shard_begin_ + shard_size_, total);
+  std::vector<float> piece(std::min(piece_floats, total));
+  for (auto& [name, buffer] : state())
+    for (size_t at = 0; at < total; at += piece.size()) {
+      const size_t n = std::min(piece.size(), total - at);
+      read(name, at, n, piece.data());
+      const size_t lo = std::max(at, shard_begin_), hi = std::min(at + n, shard_end);
+      if (lo < hi) buffer->upload(piece.data() + (lo - at), hi - lo, lo - shard_begin_);
+    }
 }
 
 double learning_rate(const TrainConfig& c, int64_t step) {

@@ -3,6 +3,7 @@
 // trained), global-norm clipping and the learning-rate schedules.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,9 +46,12 @@ class Optimizer {
   // The state buffers by name ("adamw.m", "adamw.v" or "adagrad.accumulator"),
   // each covering the shard.
   std::vector<std::pair<std::string, DeviceArray<float>*>> state();
-  // Uploads the shard's part of elements [begin, begin + count) of state
-  // buffer `name`, given as a host piece of the full-size buffer.
-  void load_state(const std::string& name, const float* piece, size_t begin, size_t count);
+  // Fills every state buffer a piece of at most piece_floats at a time:
+  // read(name, begin, count, out) writes elements [begin, begin + count) of
+  // the full-size buffer `name` (e.g. from a checkpoint) into out, and the
+  // shard keeps its part. A resume never holds a whole buffer on the host.
+  using StateReader = std::function<void(const std::string& name, size_t begin, size_t count, float* out)>;
+  void load_state(const StateReader& read, size_t piece_floats);
 
  private:
   TrainConfig config_;

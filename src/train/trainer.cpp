@@ -258,14 +258,12 @@ void Trainer::share_initial_state(const Checkpoint* checkpoint) {
   // A piece at a time: rank 0 reads it, every rank keeps its shard's part.
   // A whole buffer staged on the host put a resumed `small` 96 MiB above a
   // fresh run's peak.
-  std::vector<float> piece(std::min(kInitStagingFloats, layout.total));
-  for (auto& [name, buffer] : optimizer_->state())
-    for (size_t at = 0; at < layout.total; at += piece.size()) {
-      const size_t n = std::min(piece.size(), layout.total - at);
-      if (writer()) checkpoint->read_optimizer_state(name, layout, at, n, piece.data());
-      comm_->broadcast(piece.data(), n * sizeof(float), 0);
-      optimizer_->load_state(name, piece.data(), at, n);
-    }
+  optimizer_->load_state(
+      [&](const std::string& name, size_t begin, size_t count, float* out) {
+        if (writer()) checkpoint->read_optimizer_state(name, layout, begin, count, out);
+        comm_->broadcast(out, count * sizeof(float), 0);
+      },
+      kInitStagingFloats);
   int64_t opt_step = writer() ? checkpoint->optimizer_step() : 0;
   comm_->broadcast(&opt_step, sizeof opt_step, 0);
   optimizer_->set_step_count(opt_step);

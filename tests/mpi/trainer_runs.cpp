@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "../test_support.h"
 #include "core/safetensors.h"
 #include "model/config.h"
 #include "model/layout.h"
@@ -269,9 +270,9 @@ TEST(MpiTrainerMemory, ZeroOneLowersRankZerosPeak) {
     const Job j = run("mpiexec --oversubscribe --bind-to none -np 2 " + std::string(CTRL_BINARY) + " train" + flags +
                       " --out " + dir + " --zero " + std::to_string(zero));
     EXPECT_EQ(j.exit_code, 0) << j.output;
-    const size_t at = j.output.find("(peak memory ");
-    EXPECT_NE(at, std::string::npos) << j.output;
-    return at == std::string::npos ? 0.0 : std::atof(j.output.c_str() + at + 13);
+    const double mib = test_support::peak_memory_mib(j.output);
+    EXPECT_GT(mib, 0) << j.output;
+    return mib;
   };
   const double zero0 = peak_mib(0), zero1 = peak_mib(1);
   Config c = load_config("small");
