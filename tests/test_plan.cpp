@@ -408,6 +408,27 @@ TEST(Plan, CpuMemoryIsCountedAtTheMostThreadsTheRunMayUse) {
   EXPECT_EQ(plan::plan_text(pinned).find("runtime of threads"), std::string::npos);
 }
 
+// A CPU rank of a job of 2 or more carries Open MPI's own memory
+// (kMpiRankBytes, measured by MpiTrainerMemory.ZeroOneLowersRankZerosPeak);
+// the plan, the trainer's memory check and the readable plan all count it.
+TEST(Plan, CpuRanksOfAJobCarryOpenMpisMemory) {
+  Config c = config_of("small");
+  plan::Request r = cpu_request(c, 24);
+  r.micro_batch = 8;
+  const plan::Plan one = plan::make_plan(r);
+  r.nodes = 2;
+  const plan::Plan two = plan::make_plan(r);
+  EXPECT_EQ(one.memory.communicator, 0u);
+  EXPECT_EQ(two.memory.communicator, plan::kMpiRankBytes);
+  EXPECT_EQ(two.memory.total() - one.memory.total(), plan::kMpiRankBytes);
+  EXPECT_EQ(plan::cpu_run_bytes(c, 8, 1, 2, nullptr, 2) - plan::cpu_run_bytes(c, 8, 1, 2), plan::kMpiRankBytes);
+  const uint64_t alone = plan::cpu_run_bytes(c, 8, 1, 2);
+  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, alone, 2));
+  EXPECT_THROW(plan::check_memory(c, 8, 1, alone, 2, nullptr, 2), Error);
+  EXPECT_NE(plan::plan_text(two).find("Open MPI (each rank)"), std::string::npos) << plan::plan_text(two);
+  EXPECT_EQ(plan::plan_text(one).find("Open MPI"), std::string::npos);
+}
+
 // `ctrl bench --profile` counts the benchmark's own steps: the bf16 probe
 // that follows them on a CPU (two models, several steps each) stays out of the
 // table. A GPU runs bf16 natively and bench probes nothing there.

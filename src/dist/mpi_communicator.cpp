@@ -35,7 +35,8 @@ namespace {
 
 // MPI counts are ints: longer buffers go in pieces of this many elements.
 constexpr size_t kMaxChunk = size_t{1} << 30;
-constexpr size_t kReducePieceFloats = size_t{1} << 20;  // 4 MiB
+constexpr size_t kReducePieceFloats = size_t{1} << 20;     // 4 MiB
+constexpr size_t kAllReducePieceFloats = size_t{1} << 23;  // 32 MiB
 
 std::atomic<bool> g_mpi_made{false};
 
@@ -154,7 +155,7 @@ class MpiCommunicator final : public Communicator {
   // more ranks and several hosts are not measured).
   void reduce_scatter_sum(const float* in, float* out, size_t count) override {
     check_count("reduce_scatter_sum", count);
-    wait(submit("reduce_scatter_sum of " + std::to_string(count) + " floats per rank", [=] {
+    wait(submit("reduce_scatter_sum of " + std::to_string(count) + " floats per rank", [=, this] {
       for (int root = 0; root < size_; ++root)
         for (size_t off = 0; off < count; off += kReducePieceFloats) {
           const int n = static_cast<int>(std::min(kReducePieceFloats, count - off));
@@ -206,12 +207,19 @@ class MpiCommunicator final : public Communicator {
     std::function<void()> run;
   };
 
+  // In pieces of 32 MiB: Open MPI's all-reduce stages a temporary that grows
+  // with the buffer it is given, and the tied embedding's gradient is 94 MiB
+  // on `base`. Whole, it put a rank of `base` 52 MiB above the same run in
+  // one process; in these pieces 22 MiB, at the same speed. Pieces of 4 MiB
+  // (9 MiB) cost 3-7% of the step with 2 ranks on 2 cores
+  // (bench/results/mpi-memory-zen4-2026-12-06.md). plan::kMpiRankBytes counts it.
   int all_reduce_start(void* data, size_t n, MPI_Datatype type, const char* unit) {
     const size_t elem = type == MPI_FLOAT ? sizeof(float) : sizeof(double);
+    const size_t piece = kAllReducePieceFloats * sizeof(float) / elem;
     auto* p = static_cast<char*>(data);
     return submit("all_reduce_sum of " + std::to_string(n) + " " + unit, [=] {
-      for (size_t off = 0; off < n; off += kMaxChunk)
-        MPI_Allreduce(MPI_IN_PLACE, p + off * elem, static_cast<int>(std::min(kMaxChunk, n - off)), type, MPI_SUM,
+      for (size_t off = 0; off < n; off += piece)
+        MPI_Allreduce(MPI_IN_PLACE, p + off * elem, static_cast<int>(std::min(piece, n - off)), type, MPI_SUM,
                       MPI_COMM_WORLD);
     });
   }

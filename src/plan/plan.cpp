@@ -357,9 +357,9 @@ uint64_t cpu_thread_bytes(int threads) {
 }
 
 uint64_t cpu_run_bytes(const Config& config, int64_t micro_batch, int zero_ranks, int threads,
-                       const ModelConfig* teacher) {
+                       const ModelConfig* teacher, int ranks) {
   return memory_estimate(config, micro_batch, zero_ranks, kCpuRuntimeOverheadBytes, teacher).total() +
-         cpu_widened_bytes(config, micro_batch, threads) + cpu_thread_bytes(threads);
+         cpu_widened_bytes(config, micro_batch, threads) + cpu_thread_bytes(threads) + (ranks > 1 ? kMpiRankBytes : 0);
 }
 
 uint64_t gpu_scratch_bytes(const Config& config, int64_t micro_batch, const ModelConfig* teacher) {
@@ -375,11 +375,11 @@ uint64_t gpu_buffer_bytes(const Config& config, int64_t micro_batch, int zero_ra
 }
 
 void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available, int threads,
-                  const ModelConfig* teacher) {
+                  const ModelConfig* teacher, int ranks) {
   if (available == 0) return;  // unknown: nothing to check against
   const bool cpu = !on_cuda(config);
   auto need = [&](int64_t b) {
-    return cpu ? cpu_run_bytes(config, b, zero_ranks, threads, teacher)
+    return cpu ? cpu_run_bytes(config, b, zero_ranks, threads, teacher, ranks)
                : gpu_buffer_bytes(config, b, zero_ranks, teacher) + kCpuRuntimeOverheadBytes;
   };
   const uint64_t bytes = need(micro_batch);
@@ -570,7 +570,8 @@ Plan make_plan(const Request& r) {
   auto memory_at = [&](int64_t b, int zero) {
     Memory m = memory_estimate(c, b, zero, overhead, teacher);
     if (!gpu)
-      m.widened = cpu_widened_bytes(c, b, p.memory_threads), m.thread_runtime = cpu_thread_bytes(p.memory_threads);
+      m.widened = cpu_widened_bytes(c, b, p.memory_threads), m.thread_runtime = cpu_thread_bytes(p.memory_threads),
+      m.communicator = p.ranks > 1 ? kMpiRankBytes : 0;
     if (gpu) m.gpu_scratch = gpu_scratch_bytes(c, b, teacher);
     return m;
   };
@@ -691,19 +692,13 @@ std::string plan_json(const Plan& p) {
   j["zero"] = p.request.zero;
   j["parameters"] = p.parameters;
   const Memory& m = p.memory;
-  j["memory_bytes"] = {{"weights_fp32", m.weights},
-                       {"weights_lowp", m.weights_lowp},
-                       {"gradients", m.grads},
-                       {"optimizer_state", m.optimizer},
-                       {"activations", m.activations},
-                       {"zero_gradient_shard", m.grad_shard},
-                       {"workspace", m.workspace},
-                       {"teacher", m.teacher},
-                       {"cpu_widened", m.widened},
-                       {"gpu_scratch", m.gpu_scratch},
-                       {"runtime_overhead", m.overhead},
-                       {"cpu_threads_past_overhead", m.thread_runtime},
-                       {"total", m.total()},
+  j["memory_bytes"] = {{"weights_fp32", m.weights},      {"weights_lowp", m.weights_lowp},
+                       {"gradients", m.grads},           {"optimizer_state", m.optimizer},
+                       {"activations", m.activations},   {"zero_gradient_shard", m.grad_shard},
+                       {"workspace", m.workspace},       {"teacher", m.teacher},
+                       {"cpu_widened", m.widened},       {"gpu_scratch", m.gpu_scratch},
+                       {"runtime_overhead", m.overhead}, {"cpu_threads_past_overhead", m.thread_runtime},
+                       {"mpi_rank", m.communicator},     {"total", m.total()},
                        {"device", p.device_memory}};
   j["fits"] = p.fits;
   j["zero_checkpoint_peak_bytes"] = p.zero_checkpoint_peak;
@@ -768,6 +763,7 @@ std::string plan_text(const Plan& p) {
   if (m.thread_runtime)
     row("runtime of threads " + std::to_string(kCpuOverheadThreads + 1) + "-" + std::to_string(p.memory_threads),
         gib(m.thread_runtime));
+  if (m.communicator) row("Open MPI (each rank)", gib(m.communicator));
   row("total", gib(m.total()) + " of " + gib(p.device_memory));
   row("largest micro-batch", std::to_string(p.largest_micro_batch));
   if (p.micro_batch > 0)

@@ -39,11 +39,12 @@ struct Memory {
   uint64_t gpu_scratch = 0;   // GPU only: the CUDA backend's own scratch (gpu_scratch_bytes)
   uint64_t overhead = 0;      // runtime, not the engine's buffers
   uint64_t thread_runtime = 0;  // CPU only: the runtime of threads past the overhead's (cpu_thread_bytes)
+  uint64_t communicator = 0;    // CPU ranks of a job of 2 or more: what Open MPI keeps (kMpiRankBytes)
   uint64_t buffers() const {
     return weights + weights_lowp + grads + optimizer + grad_shard + activations + workspace + batch + teacher +
            widened + gpu_scratch;
   }
-  uint64_t total() const { return buffers() + overhead + thread_runtime; }
+  uint64_t total() const { return buffers() + overhead + thread_runtime + communicator; }
 };
 
 // Optimizer state in fp32 copies of the parameter buffer: AdamW 2 (m, v), Adagrad 1.
@@ -88,6 +89,13 @@ constexpr int kCpuOverheadThreads = 2;
 constexpr uint64_t kCpuBytesPerThread = 5ull << 20;
 // kCpuBytesPerThread for each of `threads` past kCpuOverheadThreads.
 uint64_t cpu_thread_bytes(int threads);
+// What each rank of an MPI job of 2 or more processes holds beyond the same
+// run in one process: Open MPI's runtime and shared-memory transport (7-9
+// MiB), and the temporary of an all-reduce, half of its 32 MiB piece
+// (dist/mpi_communicator.cpp). Measured with Open MPI 4.1.4 from Debian, 2
+// and 4 ranks on one host: 15-22 MiB on `small` and `base`
+// (bench/results/mpi-memory-zen4-2026-12-06.md).
+constexpr uint64_t kMpiRankBytes = 24ull << 20;
 // CUDA context, cuBLAS/cuDNN handles and kernels, allocator slack per GPU.
 constexpr uint64_t kGpuRuntimeOverheadBytes = 1ull << 30;
 
@@ -176,19 +184,21 @@ uint64_t gpu_buffer_bytes(const Config& config, int64_t micro_batch, int zero_ra
 
 // A CPU run's memory as the planner counts it: memory_estimate's total with
 // kCpuRuntimeOverheadBytes, plus cpu_widened_bytes and cpu_thread_bytes at
-// `threads`. What check_memory holds a run to, and what `ctrl bench` prints
-// beside the peak it measured.
+// `threads`, and kMpiRankBytes when the job has 2 or more `ranks`. What
+// check_memory holds a run to, and what `ctrl bench` prints beside the peak
+// it measured.
 uint64_t cpu_run_bytes(const Config& config, int64_t micro_batch, int zero_ranks, int threads,
-                       const ModelConfig* teacher = nullptr);
+                       const ModelConfig* teacher = nullptr, int ranks = 1);
 
 // Refuses, before anything is allocated, a run that cannot fit: when the
 // engine's buffers at `micro_batch` (on a CPU with cpu_widened_bytes and
 // cpu_thread_bytes at `threads`, the most the run may use) plus
-// kCpuRuntimeOverheadBytes exceed `available` bytes, a
+// kCpuRuntimeOverheadBytes (and on a CPU rank of a job of 2 or more
+// `ranks`, kMpiRankBytes) exceed `available` bytes, a
 // one-line ctrl::Error with the figure, the room and the largest micro-batch
 // that fits (or that not even one sequence does).
 void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available, int threads,
-                  const ModelConfig* teacher = nullptr);
+                  const ModelConfig* teacher = nullptr, int ranks = 1);
 
 struct Request {
   Config config;
