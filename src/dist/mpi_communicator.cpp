@@ -211,7 +211,7 @@ class MpiCommunicator final : public Communicator {
   // with the buffer it is given, and the tied embedding's gradient is 94 MiB
   // on `base`. Whole, it put a rank of `base` 52 MiB above the same run in
   // one process; in these pieces 22 MiB, at the same speed. Pieces of 4 MiB
-  // (9 MiB) cost 3-7% of the step with 2 ranks on 2 cores
+  // (9 MiB) cost 3-10% of the step with 2 ranks on 2 cores
   // (bench/results/mpi-memory-zen4-2026-12-06.md). plan::kMpiRankBytes counts it.
   int all_reduce_start(void* data, size_t n, MPI_Datatype type, const char* unit) {
     const size_t elem = type == MPI_FLOAT ? sizeof(float) : sizeof(double);
