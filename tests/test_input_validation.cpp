@@ -450,6 +450,11 @@ TEST(BadInputMemory, ARunThatCannotFitIsRefusedWithTheLargestMicroBatch) {
   EXPECT_ERROR(plan::check_memory(c, 64, 1, at8, 2), "at micro-batch 64", "largest micro-batch that fits is 8");
   EXPECT_NO_THROW(plan::check_memory(c, 8, 1, at8, 2));
   EXPECT_ERROR(plan::check_memory(c, 1, 1, 1 << 20, 2), "not even micro-batch 1 fits");
+  // CPU ranks of one job on one host share its memory: two need twice the room.
+  const uint64_t rank = plan::cpu_run_bytes(c, 8, 1, 2, nullptr, 2);
+  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, 2 * rank, 2, nullptr, 2, 2));
+  EXPECT_ERROR(plan::check_memory(c, 8, 1, 2 * rank - 1, 2, nullptr, 2, 2), " on each of the 2 ranks on this host, ",
+               "largest micro-batch that fits is 7");
   EXPECT_GT(plan::available_memory_bytes(), 0u);
   // bf16 on a CPU also needs the fp32 copies of widened products (auto may
   // widen), or native products' bf16 copy of an fp32 output gradient.

@@ -42,6 +42,9 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Ranks of this job on this rank's machine, this one included: they share
+  // its memory, which the trainer's memory check counts (plan::check_memory).
+  virtual int ranks_on_host() const { return 1; }
   // "single" or e.g. "mpi (Open MPI v4.1.4, 2 ranks on 1 host)".
   virtual std::string name() const = 0;
 

@@ -158,6 +158,7 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
+  int ranks_on_host() const override { return host_.ranks_on_host(); }
   std::string name() const override { return name_; }
   bool orders_after_backend() const override { return backend_ != nullptr; }
   double timeout_seconds() const override { return host_.timeout_seconds(); }

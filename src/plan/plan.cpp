@@ -375,35 +375,44 @@ uint64_t gpu_buffer_bytes(const Config& config, int64_t micro_batch, int zero_ra
 }
 
 void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available, int threads,
-                  const ModelConfig* teacher, int ranks) {
+                  const ModelConfig* teacher, int ranks, int ranks_on_host) {
   if (available == 0) return;  // unknown: nothing to check against
+  CTRL_ASSERT(ranks_on_host >= 1);
   const bool cpu = !on_cuda(config);
+  const uint64_t sharing = cpu ? uint64_t(ranks_on_host) : 1;  // processes whose memory this host holds
   auto need = [&](int64_t b) {
     return cpu ? cpu_run_bytes(config, b, zero_ranks, threads, teacher, ranks)
                : gpu_buffer_bytes(config, b, zero_ranks, teacher) + kCpuRuntimeOverheadBytes;
   };
-  const uint64_t bytes = need(micro_batch);
-  if (bytes <= available) return;
+  auto fits = [&](int64_t b) { return need(b) * sharing <= available; };
+  if (fits(micro_batch)) return;
   auto gib = [](uint64_t x) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.2f GiB", double(x) / double(1ull << 30));
     return std::string(buf);
   };
   std::string fit;
-  if (need(1) > available) {
-    fit = "not even micro-batch 1 fits (" + gib(need(1)) + "); choose a smaller model";
+  if (!fits(1)) {
+    fit = "not even micro-batch 1 fits (" + gib(need(1)) + (sharing > 1 ? " per rank" : "") +
+          "); choose a smaller model" + (sharing > 1 ? " or fewer ranks per host" : "");
   } else {
-    int64_t lo = 1, hi = micro_batch;  // need(lo) fits, need(hi) does not
+    int64_t lo = 1, hi = micro_batch;  // lo fits, hi does not
     while (hi - lo > 1) {
       const int64_t mid = lo + (hi - lo) / 2;
-      (need(mid) <= available ? lo : hi) = mid;
+      (fits(mid) ? lo : hi) = mid;
     }
     fit = "the largest micro-batch that fits is " + std::to_string(lo) + " (--set train.micro_batch=" +
           std::to_string(lo) + ")";
   }
+  const uint64_t bytes = need(micro_batch);
   fail("config " + config.preset + ": needs " + gib(bytes) + " of memory at micro-batch " +
-       std::to_string(micro_batch) + (teacher ? " (model, gradients, optimizer state, activations, the teacher)" : " (model, gradients, optimizer state, activations)") + ", but only " + gib(available) +
-       " is available (MemAvailable and cgroup limit); " + fit);
+       std::to_string(micro_batch) +
+       (teacher ? " (model, gradients, optimizer state, activations, the teacher)"
+                : " (model, gradients, optimizer state, activations)") +
+       (sharing > 1
+            ? " on each of the " + std::to_string(sharing) + " ranks on this host, " + gib(bytes * sharing) + " in all,"
+            : "") +
+       " but only " + gib(available) + " is available (MemAvailable and cgroup limit); " + fit);
 }
 
 namespace {

@@ -194,11 +194,12 @@ uint64_t cpu_run_bytes(const Config& config, int64_t micro_batch, int zero_ranks
 // engine's buffers at `micro_batch` (on a CPU with cpu_widened_bytes and
 // cpu_thread_bytes at `threads`, the most the run may use) plus
 // kCpuRuntimeOverheadBytes (and on a CPU rank of a job of 2 or more
-// `ranks`, kMpiRankBytes) exceed `available` bytes, a
-// one-line ctrl::Error with the figure, the room and the largest micro-batch
-// that fits (or that not even one sequence does).
+// `ranks`, kMpiRankBytes), times the `ranks_on_host` CPU ranks that share
+// this host's memory, exceed `available` bytes, a one-line ctrl::Error with
+// the figure, the room and the largest micro-batch that fits (or that not
+// even one sequence does).
 void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available, int threads,
-                  const ModelConfig* teacher = nullptr, int ranks = 1);
+                  const ModelConfig* teacher = nullptr, int ranks = 1, int ranks_on_host = 1);
 
 struct Request {
   Config config;

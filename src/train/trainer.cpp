@@ -96,7 +96,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   const std::unique_ptr<Checkpoint> teacher = open_teacher(config_, "ctrl train");
   // Before anything is written or allocated: a run that cannot fit is refused with the figure.
   plan::check_memory(config_, t.micro_batch, options_.zero == 1 ? int(ranks) : 1, plan::available_memory_bytes(),
-                     most_cpu_threads(t.threads), teacher ? &teacher->config().model : nullptr, int(ranks));
+                     most_cpu_threads(t.threads), teacher ? &teacher->config().model : nullptr, int(ranks),
+                     comm_->ranks_on_host());
   comm_->check_identical("the configuration", config_to_json(config_));
   comm_->check_identical("the ctrl build", std::string(CTRL_VERSION) + " " + __DATE__ + " " + __TIME__);
   if (writer()) run_dir_ = std::make_unique<RunDir>(options_.run_dir);  // the lock, and what killed runs left

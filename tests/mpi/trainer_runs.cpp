@@ -294,6 +294,30 @@ TEST(MpiTrainerMemory, ZeroOneLowersRankZerosPeak) {
               zero0, planned0, zero1, planned1, one);
 }
 
+// Ranks on one host share its memory: a micro-batch that one process could
+// hold but two cannot is refused on every rank before anything is allocated,
+// with the per-rank figure and the micro-batch at which both fit.
+TEST(MpiTrainerMemory, RanksOnOneHostAreCheckedTogether) {
+  Config c = load_config("small");
+  for (const char* set : {"model.n_ctx=256", "train.threads=1"}) apply_override(c, set);
+  const uint64_t available = plan::available_memory_bytes();
+  ASSERT_GT(available, 0u);
+  auto need = [&](int64_t b) { return plan::cpu_run_bytes(c, b, 1, 1, nullptr, 2); };
+  int64_t micro = 1;  // the first micro-batch that needs 70% of the room or more
+  while (need(micro) < available / 10 * 7) micro *= 2;
+  ASSERT_LT(need(micro), available) << "one rank alone must fit";
+  const std::string dir = fresh_dir("shared_host");
+  const Job j = run("mpiexec --oversubscribe --bind-to none -np 2 " + std::string(CTRL_BINARY) +
+                    " train --config small --set model.n_ctx=256 --set train.threads=1 --set train.micro_batch=" +
+                    std::to_string(micro) + " --set train.global_batch=" + std::to_string(2 * micro) + " --out " + dir);
+  EXPECT_NE(j.exit_code, 0) << j.output;
+  EXPECT_TRUE(contains(j.output, "at micro-batch " + std::to_string(micro))) << j.output;
+  EXPECT_TRUE(contains(j.output, " on each of the 2 ranks on this host, ")) << j.output;
+  EXPECT_TRUE(contains(j.output, "the largest micro-batch that fits is ")) << j.output;
+  EXPECT_FALSE(fs::exists(dir)) << "nothing is written before the checks";
+  EXPECT_LT(j.seconds, 30) << j.output;
+}
+
 // 2 ranks train 10 of 20 steps with ZeRO-1 (the optimizer state is gathered
 // into rank 0's checkpoint); resuming on 2 ranks reproduces the uninterrupted
 // 2-rank run bit for bit, resuming in one process matches it within tolerance.
