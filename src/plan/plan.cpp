@@ -374,6 +374,17 @@ uint64_t gpu_buffer_bytes(const Config& config, int64_t micro_batch, int zero_ra
          gpu_scratch_bytes(on_gpu, micro_batch, teacher);
 }
 
+int64_t largest_micro_batch(const std::function<bool(int64_t)>& fits) {
+  if (!fits(1)) return 0;
+  int64_t lo = 1, hi = 2;  // lo fits; hi does not, or is past the doubling's cap
+  while (hi <= (int64_t(1) << 24) && fits(hi)) lo = hi, hi *= 2;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available, int threads,
                   const ModelConfig* teacher, int ranks, int ranks_on_host) {
   if (available == 0) return;  // unknown: nothing to check against
@@ -396,11 +407,7 @@ void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uin
     fit = "not even micro-batch 1 fits (" + gib(need(1)) + (sharing > 1 ? " per rank" : "") +
           "); choose a smaller model" + (sharing > 1 ? " or fewer ranks per host" : "");
   } else {
-    int64_t lo = 1, hi = micro_batch;  // lo fits, hi does not
-    while (hi - lo > 1) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      (fits(mid) ? lo : hi) = mid;
-    }
+    const int64_t lo = largest_micro_batch(fits);
     fit = "the largest micro-batch that fits is " + std::to_string(lo) + " (--set train.micro_batch=" +
           std::to_string(lo) + ")";
   }
@@ -585,15 +592,7 @@ Plan make_plan(const Request& r) {
     return m;
   };
   auto fits = [&](int64_t b) { return memory_at(b, zero_ranks).total() <= p.device_memory; };
-  if (fits(1)) {
-    int64_t lo = 1, hi = 2;
-    while (hi <= (int64_t(1) << 24) && fits(hi)) lo = hi, hi *= 2;
-    while (hi - lo > 1) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      (fits(mid) ? lo : hi) = mid;
-    }
-    p.largest_micro_batch = lo;
-  }
+  p.largest_micro_batch = largest_micro_batch(fits);
   const int64_t per_rank = std::max<int64_t>(1, (c.train.global_batch + p.ranks - 1) / p.ranks);
   if (c.train.global_batch % p.ranks != 0)
     p.notes.push_back("global batch " + std::to_string(c.train.global_batch) + " is not a multiple of " +

@@ -4,6 +4,7 @@
 // same code Model and Optimizer allocate with, so plan and engine cannot drift.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -189,6 +190,12 @@ uint64_t gpu_buffer_bytes(const Config& config, int64_t micro_batch, int zero_ra
 // it measured.
 uint64_t cpu_run_bytes(const Config& config, int64_t micro_batch, int zero_ranks, int threads,
                        const ModelConfig* teacher = nullptr, int ranks = 1);
+
+// The largest micro-batch b >= 1 for which `fits` holds, where `fits` is true
+// up to some size and false past it; 0 when not even 1 fits. Doubles, then
+// bisects (from 2^24 on it stops doubling). make_plan's and check_memory's
+// "largest micro-batch that fits".
+int64_t largest_micro_batch(const std::function<bool(int64_t)>& fits);
 
 // Refuses, before anything is allocated, a run that cannot fit: when the
 // engine's buffers at `micro_batch` (on a CPU with cpu_widened_bytes and

@@ -306,10 +306,8 @@ TEST(MpiTrainerMemory, RanksOnOneHostAreCheckedTogether) {
   // The largest micro-batch that needs at most 85% of the room: one rank
   // alone fits, two need 1.2x the room or more.
   const uint64_t most = available / 20 * 17;
-  int64_t micro = 1, too_big = 2;
-  while (need(too_big) <= most) micro = too_big, too_big *= 2;
-  while (too_big - micro > 1) (need((micro + too_big) / 2) <= most ? micro : too_big) = (micro + too_big) / 2;
-  ASSERT_LE(need(micro), most);
+  const int64_t micro = plan::largest_micro_batch([&](int64_t b) { return need(b) <= most; });
+  ASSERT_GE(micro, 1);
   ASSERT_GE(need(micro), available / 10 * 6) << "one sequence must be a small part of the room";
   const std::string dir = fresh_dir("shared_host");
   const Job j = run("mpiexec --oversubscribe --bind-to none -np 2 " + std::string(CTRL_BINARY) +
