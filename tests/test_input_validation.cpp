@@ -474,11 +474,15 @@ TEST(BadInputMemory, ARunThatCannotFitIsRefusedWithTheLargestMicroBatch) {
   const uint64_t at16 = bf16_at8 + native + plan::cpu_thread_bytes(16);
   EXPECT_NO_THROW(plan::check_memory(c, 8, 1, at16, 16));
   EXPECT_ERROR(plan::check_memory(c, 8, 1, at16 - 1, 16), "at micro-batch 8");
-  // A GPU run needs the CUDA backend's own scratch instead (plan::gpu_scratch_bytes).
+  // A GPU run is held to the GPU's room (Ops::device_room_bytes): the buffers and the CUDA
+  // backend's own scratch (plan::gpu_scratch_bytes), without the host's runtime, the CPU's
+  // per-thread copies or a sharing of the host's memory between ranks.
   c.train.cpu_bf16 = "widened", c.train.device = "cuda";
-  const uint64_t gpu_scratch = plan::gpu_scratch_bytes(c, 8);
-  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, bf16_at8 + gpu_scratch, 2));
-  EXPECT_ERROR(plan::check_memory(c, 8, 1, bf16_at8 + gpu_scratch - 1, 2), "at micro-batch 8");
+  const uint64_t gpu_at8 = plan::memory_estimate(c, 8, 1, 0).total() + plan::gpu_scratch_bytes(c, 8);
+  EXPECT_EQ(plan::gpu_buffer_bytes(c, 8), gpu_at8);
+  EXPECT_NO_THROW(plan::check_memory(c, 8, 1, gpu_at8, 16, nullptr, 2, 2));
+  EXPECT_ERROR(plan::check_memory(c, 8, 1, gpu_at8 - 1, 2), "of GPU memory at micro-batch 8",
+               "is free on cuda (cudaMemGetInfo", "largest micro-batch that fits is 7");
 }
 
 TEST(BadInputMemory, AMillionLayersIsRefusedUpFront) {

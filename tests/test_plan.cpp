@@ -226,6 +226,30 @@ TEST(Plan, GpuBenchsPeakDeviceMemoryIsWhatThePlanCounts) {
   }
 }
 
+// `ctrl train` on a GPU holds the engine's buffers to the GPU's memory, not
+// the host's: one sequence past what the device has room for is refused
+// before the run directory is made, naming the GPU memory it needs.
+TEST(Plan, AGpuRunIsHeldToTheGpusMemory) {
+  if (!test_support::test_backend_is_gpu())
+    GTEST_SKIP() << "a GPU run's memory check: needs CTRL_DEVICE=cuda and a GPU";
+  const uint64_t room = make_ops("cuda")->device_room_bytes();
+  ASSERT_GT(room, uint64_t(1) << 30);
+  const Config c = config_of("medium", {"train.precision=bf16", "train.device=cuda"});
+  const int64_t fits = plan::largest_micro_batch([&](int64_t b) { return plan::gpu_buffer_bytes(c, b) <= room; });
+  ASSERT_GE(fits, 1);
+  const std::string b = std::to_string(fits + 1), dir = test_support::fresh_dir("ctrl_plan", "gpu_room");
+  std::string out;
+  EXPECT_EQ(run(test_support::ctrl_binary() + " train --config medium --device cuda --set train.precision=bf16" +
+                    " --set train.micro_batch=" + b + " --set train.global_batch=" + b + " --out " + dir + " --quiet",
+                &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("of GPU memory at micro-batch " + b), std::string::npos) << out;
+  EXPECT_NE(out.find("is free on cuda (cudaMemGetInfo"), std::string::npos) << out;
+  EXPECT_NE(out.find("the largest micro-batch that fits is "), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
+}
+
 // CTRL_CUDA_ATTENTION=fused: the CUDA backend's fused kernels keep one fp32
 // log-sum-exp per row and head instead of the softmax, and their only scratch
 // is the backward's row dots instead of the chunk's copies and scores. A GPU

@@ -41,6 +41,7 @@ class OpsDecorator : public Ops {
   void end_host_access(const void* p) override { inner_->end_host_access(p); }
   bool host_memory() const override { return inner_->host_memory(); }
   uint64_t peak_device_bytes() const override { return inner_->peak_device_bytes(); }
+  uint64_t device_room_bytes() const override { return inner_->device_room_bytes(); }
   int gpu() const override { return inner_->gpu(); }
   void* work_queue() const override { return inner_->work_queue(); }
   int timer_mark() override { return inner_->timer_mark(); }

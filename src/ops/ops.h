@@ -135,6 +135,11 @@ class Ops {
   // scratch, library workspace; not the driver's context), for ctrl bench;
   // 0 for backends whose memory is host memory (see peak resident memory).
   virtual uint64_t peak_device_bytes() const { return 0; }
+  // Device memory this backend can still fill: what the device has free now
+  // plus what the backend already holds (the buffers a run's plan counts);
+  // 0 for backends whose memory is host memory. The trainer's memory check
+  // holds a GPU run to it before the engine's buffers are allocated.
+  virtual uint64_t device_room_bytes() const { return 0; }
   // The GPU this backend runs on (as in --device cuda:N) and its name
   // (e.g. "NVIDIA H200"), or -1 and "" for host backends.
   virtual int gpu() const { return -1; }

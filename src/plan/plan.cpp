@@ -55,9 +55,6 @@ Memory memory_from(const Config& config, uint64_t p, uint64_t saved, uint64_t sc
 struct Totals {
   uint64_t params, saved, scratch, tokens;
 };
-// Whether a config's run is on the CUDA backend, whose attention may keep less than the CPU's.
-bool on_cuda(const Config& config) { return config.train.device.rfind("cuda", 0) == 0; }
-
 Totals layout_totals(const Config& config, int64_t micro_batch) {
   const ParamLayout params = make_param_layout(config.model);
   const AttentionSavedBytes attention_saved =
@@ -385,6 +382,8 @@ int64_t largest_micro_batch(const std::function<bool(int64_t)>& fits) {
   return lo;
 }
 
+bool on_cuda(const Config& config) { return config.train.device.rfind("cuda", 0) == 0; }
+
 void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available, int threads,
                   const ModelConfig* teacher, int ranks, int ranks_on_host) {
   if (available == 0) return;  // unknown: nothing to check against
@@ -393,7 +392,7 @@ void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uin
   const uint64_t sharing = cpu ? uint64_t(ranks_on_host) : 1;  // processes whose memory this host holds
   auto need = [&](int64_t b) {
     return cpu ? cpu_run_bytes(config, b, zero_ranks, threads, teacher, ranks)
-               : gpu_buffer_bytes(config, b, zero_ranks, teacher) + kCpuRuntimeOverheadBytes;
+               : gpu_buffer_bytes(config, b, zero_ranks, teacher);
   };
   auto fits = [&](int64_t b) { return need(b) * sharing <= available; };
   if (fits(micro_batch)) return;
@@ -412,14 +411,17 @@ void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uin
           std::to_string(lo) + ")";
   }
   const uint64_t bytes = need(micro_batch);
-  fail("config " + config.preset + ": needs " + gib(bytes) + " of memory at micro-batch " +
-       std::to_string(micro_batch) +
+  fail("config " + config.preset + ": needs " + gib(bytes) + (cpu ? " of memory" : " of GPU memory") +
+       " at micro-batch " + std::to_string(micro_batch) +
        (teacher ? " (model, gradients, optimizer state, activations, the teacher)"
                 : " (model, gradients, optimizer state, activations)") +
        (sharing > 1
             ? " on each of the " + std::to_string(sharing) + " ranks on this host, " + gib(bytes * sharing) + " in all,"
             : "") +
-       " but only " + gib(available) + " is available (MemAvailable and cgroup limit); " + fit);
+       " but only " + gib(available) +
+       (cpu ? " is available (MemAvailable and cgroup limit); "
+            : " is free on " + config.train.device + " (cudaMemGetInfo, with what ctrl already holds); ") +
+       fit);
 }
 
 namespace {

@@ -197,14 +197,20 @@ uint64_t cpu_run_bytes(const Config& config, int64_t micro_batch, int zero_ranks
 // "largest micro-batch that fits".
 int64_t largest_micro_batch(const std::function<bool(int64_t)>& fits);
 
-// Refuses, before anything is allocated, a run that cannot fit: when the
-// engine's buffers at `micro_batch` (on a CPU with cpu_widened_bytes and
-// cpu_thread_bytes at `threads`, the most the run may use) plus
-// kCpuRuntimeOverheadBytes (and on a CPU rank of a job of 2 or more
-// `ranks`, kMpiRankBytes), times the `ranks_on_host` CPU ranks that share
-// this host's memory, exceed `available` bytes, a one-line ctrl::Error with
-// the figure, the room and the largest micro-batch that fits (or that not
-// even one sequence does).
+// Whether a config trains on the CUDA backend (train.device cuda or cuda:N).
+bool on_cuda(const Config& config);
+
+// Refuses, before anything is allocated, a run that cannot fit, with a
+// one-line ctrl::Error naming the figure, the room and the largest
+// micro-batch that fits (or that not even one sequence does).
+// - On a CPU: the engine's buffers at `micro_batch` with cpu_widened_bytes and
+//   cpu_thread_bytes at `threads` (the most the run may use), plus
+//   kCpuRuntimeOverheadBytes (and on a rank of a job of 2 or more `ranks`,
+//   kMpiRankBytes), times the `ranks_on_host` ranks that share this host's
+//   memory, against `available` bytes of host memory (available_memory_bytes).
+// - On a GPU (on_cuda): gpu_buffer_bytes against `available` bytes of device
+//   memory (Ops::device_room_bytes: the CUDA context and the libraries'
+//   handles are already outside it). Host memory is not what a GPU run fills.
 void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uint64_t available, int threads,
                   const ModelConfig* teacher = nullptr, int ranks = 1, int ranks_on_host = 1);
 

@@ -94,8 +94,11 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
          std::to_string(t.micro_batch) + ")");
   if (options_.zero != 0 && options_.zero != 1) fail("--zero must be 0 or 1");
   const std::unique_ptr<Checkpoint> teacher = open_teacher(config_, "ctrl train");
-  // Before anything is written or allocated: a run that cannot fit is refused with the figure.
-  plan::check_memory(config_, t.micro_batch, options_.zero == 1 ? int(ranks) : 1, plan::available_memory_bytes(),
+  // Before anything is written or the engine's buffers are allocated: a run
+  // that cannot fit in host memory (CPU) or in the GPU's is refused with the figure.
+  ops_ = make_ops(t.device, int(t.threads));
+  plan::check_memory(config_, t.micro_batch, options_.zero == 1 ? int(ranks) : 1,
+                     plan::on_cuda(config_) ? ops_->device_room_bytes() : plan::available_memory_bytes(),
                      most_cpu_threads(t.threads), teacher ? &teacher->config().model : nullptr, int(ranks),
                      comm_->ranks_on_host());
   comm_->check_identical("the configuration", config_to_json(config_));
@@ -181,7 +184,6 @@ void Trainer::open_data(const Checkpoint* checkpoint) {
 // The backend, the model (and teacher), gradient synchronization and the optimizer over this rank's shard.
 void Trainer::build_engine(const Checkpoint* teacher) {
   const auto& t = config_.train;
-  ops_ = make_ops(t.device, int(t.threads));
   // The host communicators' data plane reads gradients and parameters on the
   // host (dist/communicator.h); device memory takes NCCL, bootstrapped over
   // the host communicator. Every rank decides alike, before any collective.

@@ -158,6 +158,13 @@ void* CudaOps::device_malloc(size_t bytes, const std::string& what) {
   return p;
 }
 
+uint64_t CudaOps::device_room_bytes() const {
+  CTRL_CUDA(cudaSetDevice(device_));
+  size_t free_bytes = 0, total = 0;
+  CTRL_CUDA(cudaMemGetInfo(&free_bytes, &total));
+  return uint64_t(free_bytes) + live_bytes_;
+}
+
 void CudaOps::device_free(void* p) {
   if (!p) return;
   CTRL_CUDA(cudaFree(p));

@@ -61,6 +61,7 @@ class CudaOps final : public Ops {
   // rank (or with ZeRO-1) the trainer hands collectives to NCCL.
   bool host_memory() const override { return false; }
   uint64_t peak_device_bytes() const override { return peak_bytes_; }
+  uint64_t device_room_bytes() const override;
   int gpu() const override { return device_; }
   std::string gpu_name() const override { return gpu_name_; }
   int timer_mark() override;
