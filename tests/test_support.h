@@ -4,12 +4,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,22 @@ inline int run_shell(const std::string& cmd, std::string* out) {
   while ((n = fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
   const int status = pclose(f);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// A command run under a hard limit, so that a broken job (an MPI rank that
+// hangs) cannot hang the test: run_shell's exit status (137 when the limit
+// killed it), its stdout and stderr together, and its wall time.
+struct LimitedRun {
+  int exit_code = -1;
+  std::string output;
+  double seconds = 0;
+};
+inline LimitedRun run_with_limit(const std::string& command, int limit_seconds) {
+  LimitedRun r;
+  const auto start = std::chrono::steady_clock::now();
+  r.exit_code = run_shell("timeout -s KILL " + std::to_string(limit_seconds) + " " + command + " 2>&1", &r.output);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
 }
 
 // Sets (or, with nullptr, unsets) an environment variable for its lifetime

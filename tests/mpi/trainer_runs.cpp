@@ -48,30 +48,9 @@ constexpr double kLossTolerance = 1e-6;
 constexpr double kParamTolerance = 1e-5;
 constexpr double kNoiseBound = 1e-3;  // |Wk.bias| after 20 AdamW steps of lr 0.01
 
-struct Job {
-  int exit_code = -1;  // -1 when the launcher did not exit normally
-  std::string output;  // stdout and stderr of every rank and of mpiexec
-  double seconds = 0;
-};
-
-// Runs a shell command, with a hard limit of 90 s so a broken job cannot hang the test.
-Job run(const std::string& command) {
-  const std::string cmd = "timeout -s KILL 90 " + command + " 2>&1";
-  const auto start = std::chrono::steady_clock::now();
-  Job job;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) {
-    ADD_FAILURE() << "cannot run " << cmd;
-    return job;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) job.output.append(buf, n);
-  const int status = pclose(pipe);
-  job.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (WIFEXITED(status)) job.exit_code = WEXITSTATUS(status);
-  return job;
-}
+// A job's exit status, the output of every rank and of mpiexec, and its time; killed after 90 s.
+using Job = test_support::LimitedRun;
+Job run(const std::string& command) { return test_support::run_with_limit(command, 90); }
 
 fs::path work_dir() { return fs::temp_directory_path() / ("ctrl_mpi_trainer_" + std::to_string(getpid())); }
 
