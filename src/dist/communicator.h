@@ -45,6 +45,9 @@ class Communicator {
   // Ranks of this job on this rank's machine, this one included: they share
   // its memory, which the trainer's memory check counts (plan::check_memory).
   virtual int ranks_on_host() const { return 1; }
+  // This rank's index among those ranks (0-based), which picks its GPU under
+  // --device cuda (make_ops); -1 where the communicator cannot tell.
+  virtual int rank_on_host() const { return -1; }
   // "single" or e.g. "mpi (Open MPI v4.1.4, 2 ranks on 1 host)".
   virtual std::string name() const = 0;
 

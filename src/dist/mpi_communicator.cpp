@@ -119,6 +119,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int ranks_on_host() const override { return ranks_on_host_; }
+  int rank_on_host() const override { return rank_on_host_; }
   double timeout_seconds() const override { return timeout_; }
   std::string name() const override {
     return "mpi (" + library_ + ", " + std::to_string(size_) + (size_ == 1 ? " rank" : " ranks") + " on " +
@@ -271,10 +272,9 @@ class MpiCommunicator final : public Communicator {
     library_ = library_.substr(0, library_.find_first_of(",\n"));
     MPI_Comm local;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-    int local_rank = 0, first_on_host;
-    MPI_Comm_rank(local, &local_rank);
+    MPI_Comm_rank(local, &rank_on_host_);
     MPI_Comm_size(local, &ranks_on_host_);
-    first_on_host = local_rank == 0;
+    int first_on_host = rank_on_host_ == 0;
     MPI_Allreduce(&first_on_host, &hosts_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Comm_free(&local);
     {
@@ -338,7 +338,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   const double timeout_;
-  int rank_ = 0, size_ = 1, hosts_ = 1, ranks_on_host_ = 1;
+  int rank_ = 0, size_ = 1, hosts_ = 1, ranks_on_host_ = 1, rank_on_host_ = 0;
   bool multiple_ = false;
   std::string host_, library_;
 

@@ -129,8 +129,11 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaEventCreateWithFlags(&collective_done_, cudaEventDisableTiming), "cudaEventCreate");
     int version = 0;
     api_.ncclGetVersion(&version);
-    name_ = "nccl " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
-            std::to_string(version % 100) + " on GPU " + std::to_string(device_) + ", over " + host_.name();
+    // NCCL_VERSION_CODE: X·10000 + Y·100 + Z since 2.9, X·1000 + Y·100 + Z before.
+    const int major = version >= 10000 ? version / 10000 : version / 1000,
+              minor = version >= 10000 ? version / 100 % 100 : version / 100 % 10;
+    name_ = "nccl " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(version % 100) +
+            " on GPU " + std::to_string(device_) + ", over " + host_.name();
   }
   ~NcclCommunicator() override {
     // No throwing here. Pending collectives are finished so that no buffer is
@@ -159,6 +162,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
   int ranks_on_host() const override { return host_.ranks_on_host(); }
+  int rank_on_host() const override { return host_.rank_on_host(); }
   std::string name() const override { return name_; }
   bool orders_after_backend() const override { return backend_ != nullptr; }
   double timeout_seconds() const override { return host_.timeout_seconds(); }

@@ -319,11 +319,24 @@ std::vector<std::string> available_devices();
 std::string cuda_unavailable_reason();
 // The backend called `device` (train.device / --device): "cpu", "checked"
 // (the CPU backend whose memory host code cannot touch: a stray access dies
-// naming the buffer), "cuda" (GPU 0) or "cuda:N" (GPU N). threads > 0 sets a
-// CPU backend's thread count (train.threads).
+// naming the buffer), "cuda" (the rank's own GPU: its index among the ranks
+// on its machine, modulo the GPUs) or "cuda:N" (GPU N). threads > 0 sets a
+// CPU backend's thread count (train.threads). rank_on_host is that index as
+// the job's communicator knows it (Communicator::rank_on_host); -1 takes it
+// from the launcher's environment (Open MPI, MPICH/Hydra, Slurm), else 0.
 // The environment variable CTRL_DEVICE, when set, replaces "cpu" (the default),
 // so that CI runs the whole suite on another backend; an unknown name throws.
-std::unique_ptr<Ops> make_ops(const std::string& device = "cpu", int threads = 0);
+std::unique_ptr<Ops> make_ops(const std::string& device = "cpu", int threads = 0, int rank_on_host = -1);
+// The backend make_ops(device) makes: `device`, or CTRL_DEVICE in place of
+// "cpu" (or of nothing) when that is set.
+std::string effective_device(const std::string& device);
+// CUDA devices this process can use (0 without a CUDA build, driver or GPU).
+int cuda_device_count();
+// Refuses, with one line that says what to launch instead, a GPU job whose
+// ranks on one machine would share a GPU (NCCL rejects two ranks of one
+// communicator on one device): `device` "cuda:N" with 2 or more
+// `ranks_on_host`, or "cuda" with more of them than the machine's `gpus`.
+void check_one_gpu_per_rank(const std::string& device, int ranks_on_host, int gpus);
 
 // An array of T in a backend's memory, released with it. data() is for
 // passing to ops only: host code reads and writes the contents with upload

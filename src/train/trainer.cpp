@@ -96,13 +96,16 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   const std::unique_ptr<Checkpoint> teacher = open_teacher(config_, "ctrl train");
   // Before anything is written or the engine's buffers are allocated: a run
   // that cannot fit in host memory (CPU) or in the GPU's is refused with the figure.
-  ops_ = make_ops(t.device, int(t.threads));
+  ops_ = make_ops(t.device, int(t.threads), comm_->rank_on_host());
+  if (ops_->gpu() >= 0) check_one_gpu_per_rank(effective_device(t.device), comm_->ranks_on_host(), cuda_device_count());
   plan::check_memory(config_, t.micro_batch, options_.zero == 1 ? int(ranks) : 1,
                      plan::on_cuda(config_) ? ops_->device_room_bytes() : plan::available_memory_bytes(),
                      most_cpu_threads(t.threads), teacher ? &teacher->config().model : nullptr, int(ranks),
                      comm_->ranks_on_host());
   comm_->check_identical("the configuration", config_to_json(config_));
   comm_->check_identical("the ctrl build", std::string(CTRL_VERSION) + " " + __DATE__ + " " + __TIME__);
+  // CTRL_DEVICE is not in the configuration: every rank must have made the same backend.
+  comm_->check_identical("the backend", ops_->name());
   if (writer()) run_dir_ = std::make_unique<RunDir>(options_.run_dir);  // the lock, and what killed runs left
   const std::unique_ptr<Checkpoint> checkpoint = checkpoint_to_resume();
   open_data(checkpoint.get());

@@ -73,7 +73,6 @@ class Trainer {
   TrainerOptions options_;
   std::unique_ptr<Communicator> own_comm_;
   Communicator* comm_ = nullptr;
-  std::unique_ptr<Communicator> device_comm_;  // NCCL over the host communicator, for a GPU backend
   // The backend: declared before every buffer it allocated, so it outlives them.
   std::unique_ptr<Ops> ops_;
   Ops::Bf16Choice bf16_choice_;     // bf16 on a CPU: the products' path and what chose it
@@ -83,6 +82,11 @@ class Trainer {
   std::unique_ptr<Model> teacher_;  // distillation (train.teacher): forward only, no gradients
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<Optimizer> optimizer_;
+  // NCCL over the host communicator, for a GPU backend. Declared after the
+  // buffers its collectives use and after the backend whose stream it follows,
+  // so that it finishes (or, past the timeout, aborts) what is in flight before
+  // any of them goes.
+  std::unique_ptr<Communicator> device_comm_;
   std::shared_ptr<const Dataset> dataset_;
   std::unique_ptr<Batches> batches_;
   CheckpointContents contents_;

@@ -39,7 +39,11 @@ const size_t kSizes[] = {0, 1, 7, 1001, (size_t{1} << 20) + 3, size_t{1} << 24};
 TEST(Collectives, NameSaysWhatItIs) {
   const std::string name = comm().name();
   EXPECT_EQ(comm().ranks_on_host(), comm().size()) << "every rank of this test runs on this host";
-  if (comm().size() == 1 && name == "single") return;
+  if (comm().size() == 1 && name == "single") {
+    EXPECT_EQ(comm().rank_on_host(), -1);  // the launcher's environment decides
+    return;
+  }
+  EXPECT_EQ(comm().rank_on_host(), comm().rank()) << "one host: the index on it is the rank";
   EXPECT_EQ(name.rfind("mpi (Open MPI v", 0), 0u) << name;
   EXPECT_NE(name.find(std::to_string(comm().size()) + " ranks on 1 host)"), std::string::npos) << name;
   EXPECT_GE(comm().rank(), 0);

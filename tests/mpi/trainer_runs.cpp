@@ -446,5 +446,24 @@ TEST(MpiTrainerSetup, DifferentConfigsOnTheRanksFailAtStart) {
   EXPECT_LT(j.seconds, 30) << j.output;
 }
 
+// CTRL_DEVICE is not part of the configuration: a rank whose environment
+// picks another backend is refused before anything is written (here the
+// `checked` backend against the plain CPU one; a GPU rank beside a CPU rank
+// would pair NCCL's bootstrap with the other's broadcasts).
+TEST(MpiTrainerSetup, DifferentBackendsOnTheRanksFailAtStart) {
+  const std::string dir = fresh_dir("backends");
+  const std::string ctrl =
+      std::string(CTRL_BINARY) + " train" + model_flags() + " --set train.micro_batch=2 --out " + dir;
+  Job j = run("mpiexec --oversubscribe --bind-to none -np 1 -x CTRL_DEVICE=checked " + ctrl +
+              " : -np 1 -x CTRL_DEVICE=cpu " + ctrl);
+  EXPECT_NE(j.exit_code, 0) << j.output;
+  EXPECT_TRUE(contains(j.output,
+                       "ctrl: the backend differs between ranks (it must be the same on all 2): rank 0 has "
+                       "\"checked\""))
+      << j.output;
+  EXPECT_FALSE(fs::exists(dir)) << "nothing is written before the checks";
+  EXPECT_LT(j.seconds, 30) << j.output;
+}
+
 }  // namespace
 }  // namespace ctrl
