@@ -294,7 +294,8 @@ class NcclCommunicator final : public Communicator {
         if (e != cudaErrorNotReady) return *why = cudaGetErrorString(e), Poll::kCudaError;
       }
       ncclResult_t async = ncclSuccess;
-      api_.ncclCommGetAsyncError(comm_, &async);
+      // A failed query is an error too, not a finished initialisation or collective.
+      if (const ncclResult_t asked = api_.ncclCommGetAsyncError(comm_, &async); asked != ncclSuccess) async = asked;
       if (!event && async == ncclSuccess) return Poll::kDone;
       if (async != ncclSuccess && async != ncclInProgress)
         return *why = std::string(" failed in NCCL: ") + api_.ncclGetErrorString(async), Poll::kHung;
