@@ -82,38 +82,6 @@ TEST(Backend, CtrlDeviceReplacesTheDefaultCpuBackend) {
   test_support::ScopedEnv device("CTRL_DEVICE", "cpu");
   EXPECT_STREQ(make_ops("checked")->name(), "checked");  // an explicit other backend stays
   EXPECT_STREQ(make_ops("cpu")->name(), "cpu");
-  {
-    test_support::ScopedEnv cuda("CTRL_DEVICE", "cuda");
-    EXPECT_EQ(effective_device("cpu"), "cuda");
-    EXPECT_EQ(effective_device(""), "cuda");
-    EXPECT_EQ(effective_device("cuda:1"), "cuda:1");
-  }
-  test_support::ScopedEnv unset("CTRL_DEVICE", nullptr);
-  EXPECT_EQ(effective_device(""), "cpu");
-  EXPECT_EQ(effective_device("checked"), "checked");
-}
-
-// NCCL takes one rank per GPU: a launch whose ranks on one machine would
-// share a GPU is refused with what to launch instead.
-TEST(Backend, RanksThatWouldShareAGpuAreRefused) {
-  EXPECT_NO_THROW(check_one_gpu_per_rank("cuda", 1, 0));
-  EXPECT_NO_THROW(check_one_gpu_per_rank("cuda:3", 1, 8));
-  EXPECT_NO_THROW(check_one_gpu_per_rank("cuda", 8, 8));
-  auto message = [](const std::string& device, int ranks, int gpus) {
-    try {
-      check_one_gpu_per_rank(device, ranks, gpus);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_EQ(message("cuda:1", 2, 4),
-            "--device cuda:1: 2 ranks of this job on this machine would share that one GPU; use --device cuda, which "
-            "gives each rank its own");
-  EXPECT_EQ(message("cuda", 3, 2),
-            "--device cuda: 3 ranks of this job on this machine but 2 GPUs; launch one rank per GPU, at most 2 on "
-            "this machine");
-  EXPECT_NE(message("cuda", 2, 1).find(" but 1 GPU; "), std::string::npos);
 }
 
 class EveryBackend : public ::testing::TestWithParam<std::string> {};

@@ -101,6 +101,12 @@ std::unique_ptr<Communicator> make_communicator(double timeout_seconds = 300);
 // The single-process communicator, whatever the environment (for tools and tests).
 std::unique_ptr<Communicator> make_single_communicator(double timeout_seconds = 300);
 
+// Every rank passes its own `value` (e.g. its GPU's UUID); when two ranks
+// pass the same one, every rank throws the same one-line ctrl::Error, "ctrl:
+// ranks A and B have the same <what> (<value>); <advice>", so that all stop
+// together. A collective: every rank calls it.
+void check_distinct(Communicator& comm, const std::string& what, const std::string& value, const std::string& advice);
+
 #ifdef CTRL_HAVE_NCCL
 // The device data plane for the cuda backend, one rank per GPU (nccl_communicator.cpp):
 // collectives on device memory run through NCCL on GPU `device`; host memory

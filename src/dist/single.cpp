@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -67,6 +68,22 @@ std::unique_ptr<Communicator> make_communicator(double timeout_seconds) {
          " ranks, but this ctrl was built without MPI (install libopenmpi-dev and rebuild with -DCTRL_WITH_MPI=ON)");
 #endif
   return make_single_communicator(timeout_seconds);
+}
+
+void check_distinct(Communicator& comm, const std::string& what, const std::string& value, const std::string& advice) {
+  if (comm.size() == 1) return;
+  // Each rank's 52-bit FNV-1a hash of its value, exact in a double, in its own
+  // slot: one sum gives every rank every rank's hash.
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : value) hash = (hash ^ c) * 1099511628211ull;
+  std::vector<double> hashes(size_t(comm.size()), 0.0);
+  hashes[size_t(comm.rank())] = double(hash >> 12) + 1.0;
+  comm.all_reduce_sum(hashes.data(), hashes.size());
+  for (size_t a = 0; a < hashes.size(); ++a)
+    for (size_t b = a + 1; b < hashes.size(); ++b)
+      if (hashes[a] == hashes[b])
+        fail("ctrl: ranks " + std::to_string(a) + " and " + std::to_string(b) + " have the same " + what +
+             (comm.rank() == int(a) || comm.rank() == int(b) ? " (" + value + ")" : "") + "; " + advice);
 }
 
 }  // namespace ctrl

@@ -49,31 +49,6 @@ int cuda_index(const std::string& name, int gpus, int rank_on_host) {
 
 }  // namespace
 
-std::string effective_device(const std::string& device) {
-  const char* env = std::getenv("CTRL_DEVICE");
-  if (device == "cpu" || device.empty()) return env && *env ? env : "cpu";
-  return device;
-}
-
-int cuda_device_count() {
-#ifdef CTRL_HAVE_CUDA
-  return cuda::device_count();
-#else
-  return 0;
-#endif
-}
-
-void check_one_gpu_per_rank(const std::string& device, int ranks_on_host, int gpus) {
-  if (ranks_on_host < 2) return;
-  const std::string ranks = std::to_string(ranks_on_host) + " ranks of this job on this machine";
-  if (device != "cuda")
-    fail("--device " + device + ": " + ranks + " would share that one GPU; use --device cuda, which gives each rank " +
-         "its own");
-  if (ranks_on_host > gpus)
-    fail("--device cuda: " + ranks + " but " + std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s") +
-         "; launch one rank per GPU, at most " + std::to_string(gpus) + " on this machine");
-}
-
 std::vector<std::string> available_devices() {
   std::vector<std::string> devices = {"cpu", "checked"};
 #ifdef CTRL_HAVE_CUDA
@@ -91,11 +66,17 @@ std::string cuda_unavailable_reason() {
 }
 
 std::unique_ptr<Ops> make_ops(const std::string& device, int threads, int rank_on_host) {
-  const std::string name = effective_device(device);
-  const std::string from_env = name != device && !(name == "cpu" && device.empty()) ? " (from CTRL_DEVICE)" : "";
+  std::string name = device;
+  const char* env = std::getenv("CTRL_DEVICE");
+  if (env && *env && (name == "cpu" || name.empty())) name = env;
+  const std::string from_env = env && name == env ? " (from CTRL_DEVICE)" : "";
   if (name == "cpu" || name.empty()) return std::make_unique<cpu::CpuOps>(threads);
   if (name == "checked") return make_checked_ops(std::make_unique<cpu::CpuOps>(threads));
-  const int count = name.rfind("cuda", 0) == 0 ? cuda_device_count() : 0;
+#ifdef CTRL_HAVE_CUDA
+  const int count = name.rfind("cuda", 0) == 0 ? cuda::device_count() : 0;
+#else
+  const int count = 0;
+#endif
   if (const int gpu = cuda_index(name, count, rank_on_host); gpu >= 0) {
 #ifdef CTRL_HAVE_CUDA
     if (count == 0)

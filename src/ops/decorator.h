@@ -48,6 +48,7 @@ class OpsDecorator : public Ops {
   double timer_seconds(int from, int to) override { return inner_->timer_seconds(from, to); }
   void timer_reset() override { inner_->timer_reset(); }
   std::string gpu_name() const override { return inner_->gpu_name(); }
+  std::string gpu_uuid() const override { return inner_->gpu_uuid(); }
 
   void linear_forward(TensorRef out, TensorRef in, TensorRef w, const float* b, int64_t N, int64_t Dout,
                       int64_t Din) override {

@@ -144,6 +144,10 @@ class Ops {
   // (e.g. "NVIDIA H200"), or -1 and "" for host backends.
   virtual int gpu() const { return -1; }
   virtual std::string gpu_name() const { return ""; }
+  // The GPU's UUID as nvidia-smi -L prints it ("GPU-" and 32 hex digits in
+  // groups), "" for host backends: which physical device this is, whatever
+  // number CUDA_VISIBLE_DEVICES gave it.
+  virtual std::string gpu_uuid() const { return ""; }
   // The queue this backend's ops run on, for a device communicator that
   // orders its collectives after them by events instead of host fences (the
   // cuda backend's cudaStream_t); null for backends whose ops finish on return.
@@ -327,16 +331,6 @@ std::string cuda_unavailable_reason();
 // The environment variable CTRL_DEVICE, when set, replaces "cpu" (the default),
 // so that CI runs the whole suite on another backend; an unknown name throws.
 std::unique_ptr<Ops> make_ops(const std::string& device = "cpu", int threads = 0, int rank_on_host = -1);
-// The backend make_ops(device) makes: `device`, or CTRL_DEVICE in place of
-// "cpu" (or of nothing) when that is set.
-std::string effective_device(const std::string& device);
-// CUDA devices this process can use (0 without a CUDA build, driver or GPU).
-int cuda_device_count();
-// Refuses, with one line that says what to launch instead, a GPU job whose
-// ranks on one machine would share a GPU (NCCL rejects two ranks of one
-// communicator on one device): `device` "cuda:N" with 2 or more
-// `ranks_on_host`, or "cuda" with more of them than the machine's `gpus`.
-void check_one_gpu_per_rank(const std::string& device, int ranks_on_host, int gpus);
 
 // An array of T in a backend's memory, released with it. data() is for
 // passing to ops only: host code reads and writes the contents with upload

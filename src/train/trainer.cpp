@@ -97,7 +97,11 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   // Before anything is written or the engine's buffers are allocated: a run
   // that cannot fit in host memory (CPU) or in the GPU's is refused with the figure.
   ops_ = make_ops(t.device, int(t.threads), comm_->rank_on_host());
-  if (ops_->gpu() >= 0) check_one_gpu_per_rank(effective_device(t.device), comm_->ranks_on_host(), cuda_device_count());
+  // NCCL takes one rank per GPU; the UUID tells GPUs apart whatever CUDA_VISIBLE_DEVICES numbered them.
+  if (ops_->gpu() >= 0)
+    check_distinct(*comm_, "GPU", ops_->gpu_uuid(),
+                   "NCCL takes one rank per GPU: use --device cuda (each rank its own GPU) and at most as many ranks "
+                   "on a machine as it has GPUs");
   plan::check_memory(config_, t.micro_batch, options_.zero == 1 ? int(ranks) : 1,
                      plan::on_cuda(config_) ? ops_->device_room_bytes() : plan::available_memory_bytes(),
                      most_cpu_threads(t.threads), teacher ? &teacher->config().model : nullptr, int(ranks),

@@ -50,6 +50,26 @@ TEST(Collectives, NameSaysWhatItIs) {
   EXPECT_LT(comm().rank(), comm().size());
 }
 
+// The trainer's one-rank-per-GPU check: distinct values pass; a value that
+// two ranks share stops every rank with the same first words.
+TEST(Collectives, CheckDistinctStopsEveryRankWhenTwoShareAValue) {
+  const int r = comm().rank();
+  EXPECT_NO_THROW(check_distinct(comm(), "GPU", "GPU-" + std::to_string(r), "advice"));
+  if (comm().size() == 1) {
+    EXPECT_NO_THROW(check_distinct(comm(), "GPU", "GPU-x", "advice"));  // one rank cannot collide
+    return;
+  }
+  try {
+    check_distinct(comm(), "GPU", r == comm().size() - 1 ? "GPU-0" : "GPU-" + std::to_string(r), "one rank per GPU");
+    FAIL() << "no error on rank " << r;
+  } catch (const Error& e) {
+    const std::string expected = "ctrl: ranks 0 and " + std::to_string(comm().size() - 1) + " have the same GPU";
+    EXPECT_EQ(std::string(e.what()).rfind(expected, 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find("; one rank per GPU"), std::string::npos) << e.what();
+    if (r == 0) EXPECT_NE(std::string(e.what()).find("(GPU-0)"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Collectives, AllReduceFloatSumsEveryElement) {
   const int r = comm().rank(), n = comm().size();
   for (size_t count : kSizes) {

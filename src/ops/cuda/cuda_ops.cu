@@ -62,6 +62,12 @@ CudaOps::CudaOps(int device) : device_(device) {
   CTRL_CUDA(cudaGetDeviceProperties(&prop, device));
   sm_major_ = prop.major, sm_minor_ = prop.minor;
   gpu_name_ = prop.name;
+  gpu_uuid_ = "GPU";
+  for (int i = 0; i < 16; ++i) {
+    char hex[4];
+    std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(prop.uuid.bytes[i]));
+    gpu_uuid_ += (i == 0 || i == 4 || i == 6 || i == 8 || i == 10 ? "-" : "") + std::string(hex);
+  }
   if (sm_major_ * 10 + sm_minor_ < 75)
     fail(std::string("cuda: ") + prop.name + " is sm_" + std::to_string(sm_major_) + std::to_string(sm_minor_) +
          "; this build needs sm_75 (Turing) or newer");

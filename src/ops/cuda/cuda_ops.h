@@ -64,6 +64,7 @@ class CudaOps final : public Ops {
   uint64_t device_room_bytes() const override;
   int gpu() const override { return device_; }
   std::string gpu_name() const override { return gpu_name_; }
+  std::string gpu_uuid() const override { return gpu_uuid_; }
   int timer_mark() override;
   double timer_seconds(int from, int to) override;
   void timer_reset() override { timer_next_ = 0; }
@@ -189,7 +190,7 @@ class CudaOps final : public Ops {
   void device_free(void* p);
   void forget(void* p);  // drops p from the live-bytes accounting
   int device_ = 0, sm_major_ = 0, sm_minor_ = 0;
-  std::string gpu_name_;
+  std::string gpu_name_, gpu_uuid_;
   bool tf32_ = false;
   bool fused_attention_ = false;  // CTRL_CUDA_ATTENTION=fused
   size_t max_shared_optin_ = 0;   // dynamic shared memory a block may opt in to
