@@ -102,9 +102,9 @@ std::unique_ptr<Communicator> make_communicator(double timeout_seconds = 300);
 std::unique_ptr<Communicator> make_single_communicator(double timeout_seconds = 300);
 
 // Every rank passes its own `value` (e.g. its GPU's UUID); when two ranks
-// pass the same one, every rank throws the same one-line ctrl::Error, "ctrl:
-// ranks A and B have the same <what> (<value>); <advice>", so that all stop
-// together. A collective: every rank calls it.
+// pass the same one, every rank throws a one-line ctrl::Error, "ctrl: ranks
+// A and B have the same <what>; <advice>" (ranks A and B also name the value
+// after <what>), so that all stop together. A collective: every rank calls it.
 void check_distinct(Communicator& comm, const std::string& what, const std::string& value, const std::string& advice);
 
 #ifdef CTRL_HAVE_NCCL

@@ -1,6 +1,6 @@
 // The single-process communicator (every collective over one rank is an
-// identity or a copy) and make_communicator, which picks MPI when launched by
-// mpirun and the build has it.
+// identity or a copy), make_communicator, which picks MPI when launched by
+// mpirun and the build has it, and check_distinct, written over any of them.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -16,7 +16,6 @@
 // stay that small on both sides.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 
 #include <chrono>
 #include <cmath>
