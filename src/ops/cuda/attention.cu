@@ -113,7 +113,7 @@ unsigned row_blocks(int64_t rows) { return unsigned((rows + kWarps - 1) / kWarps
 
 void CudaOps::to_heads(void* dst, DType dst_type, const void* src, DType src_type, int64_t B, int64_t T, int64_t H,
                        int64_t hd, int64_t parts, bool to_heads_layout) {
-  CTRL_ASSERT(parts * B <= 65535 && H <= 65535);  // the grid's z and y limits
+  CTRL_ASSERT(parts * B <= kMaxGridYZ && H <= kMaxGridYZ);
   const unsigned threads = unsigned(std::min<int64_t>(256, (hd + 31) / 32 * 32));
   permute_heads<<<dim3(unsigned(T), unsigned(H), unsigned(parts * B)), threads, 0, stream_>>>(
       dst, kind_of(dst_type), src, kind_of(src_type), B, T, H, hd, parts, to_heads_layout);

@@ -412,20 +412,29 @@ namespace {
 template <int HD>
 void launch_forward(cudaStream_t stream, uint16_t* out, float* lse, const uint16_t* qkv, int64_t B, int64_t T,
                     int64_t H, float scale) {
-  const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(H), unsigned(B));
-  fused_forward_kernel<HD><<<grid, kThreads, forward_shared<HD>(), stream>>>(out, lse, qkv, T, H, scale);
-  CTRL_CUDA_LAUNCHED("fused_attention_forward");
+  for (int64_t b0 = 0; b0 < B; b0 += kMaxGridYZ) {  // at most kMaxGridYZ sequences per grid (its z)
+    const int64_t rows = b0 * T, stats = b0 * H * T, D = H * HD;
+    const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(H), unsigned(std::min(kMaxGridYZ, B - b0)));
+    fused_forward_kernel<HD><<<grid, kThreads, forward_shared<HD>(), stream>>>(out + rows * D, lse + stats,
+                                                                               qkv + rows * 3 * D, T, H, scale);
+    CTRL_CUDA_LAUNCHED("fused_attention_forward");
+  }
 }
 
 template <int HD>
 void launch_backward(cudaStream_t stream, uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv, const float* lse,
                      const float* dot, int64_t B, int64_t T, int64_t H, float scale) {
   const size_t shared = backward_shared<HD>();  // the same layout for both kernels (dq's leaves one tile unused)
-  const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(H), unsigned(B));
-  fused_backward_kv_kernel<HD><<<grid, kThreads, shared, stream>>>(dqkv, dout, qkv, lse, dot, T, H, scale);
-  CTRL_CUDA_LAUNCHED("fused_attention_backward_kv");
-  fused_backward_q_kernel<HD><<<grid, kThreads, shared, stream>>>(dqkv, dout, qkv, lse, dot, T, H, scale);
-  CTRL_CUDA_LAUNCHED("fused_attention_backward_q");
+  for (int64_t b0 = 0; b0 < B; b0 += kMaxGridYZ) {
+    const int64_t rows = b0 * T, stats = b0 * H * T, D = H * HD;
+    const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(H), unsigned(std::min(kMaxGridYZ, B - b0)));
+    uint16_t* dx = dqkv + rows * 3 * D;
+    const uint16_t *dy = dout + rows * D, *x = qkv + rows * 3 * D;
+    fused_backward_kv_kernel<HD><<<grid, kThreads, shared, stream>>>(dx, dy, x, lse + stats, dot + stats, T, H, scale);
+    CTRL_CUDA_LAUNCHED("fused_attention_backward_kv");
+    fused_backward_q_kernel<HD><<<grid, kThreads, shared, stream>>>(dx, dy, x, lse + stats, dot + stats, T, H, scale);
+    CTRL_CUDA_LAUNCHED("fused_attention_backward_q");
+  }
 }
 
 }  // namespace
@@ -457,7 +466,7 @@ void CudaOps::prepare_fused_attention() {
 
 void CudaOps::fused_attention_forward(TensorRef out, TensorRef saved, TensorRef qkv, int64_t B, int64_t T, int64_t D,
                                       int64_t H) {
-  CTRL_ASSERT(qkv.dtype == DType::BF16 && out.dtype == DType::BF16 && B <= 65535 && H <= 65535);
+  CTRL_ASSERT(qkv.dtype == DType::BF16 && out.dtype == DType::BF16 && H <= kMaxGridYZ);
   CTRL_ASSERT(aligned16(qkv.data) && aligned16(out.data));
   const int64_t hd = D / H;
   const float scale = 1.0f / std::sqrt(float(hd));
@@ -471,8 +480,7 @@ void CudaOps::fused_attention_forward(TensorRef out, TensorRef saved, TensorRef 
 
 void CudaOps::fused_attention_backward(TensorRef dqkv, TensorRef dout, TensorRef qkv, TensorRef out, TensorRef saved,
                                        int64_t B, int64_t T, int64_t D, int64_t H) {
-  CTRL_ASSERT(dqkv.dtype == DType::BF16 && dout.dtype == DType::BF16 && out.dtype == DType::BF16 && B <= 65535 &&
-              H <= 65535);
+  CTRL_ASSERT(dqkv.dtype == DType::BF16 && dout.dtype == DType::BF16 && out.dtype == DType::BF16 && H <= kMaxGridYZ);
   CTRL_ASSERT(aligned16(dqkv.data) && aligned16(dout.data) && aligned16(qkv.data) && aligned16(out.data));
   const int64_t hd = D / H, rows = B * T * H;
   const float scale = 1.0f / std::sqrt(float(hd));

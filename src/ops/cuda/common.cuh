@@ -73,6 +73,9 @@ __device__ inline float block_max(float v, float* shared) {
   return warp_max(m);
 }
 
+// The most blocks a grid may have along y or along z.
+inline constexpr int64_t kMaxGridYZ = 65535;
+
 // Blocks for a grid-stride loop over n elements with 256 threads each.
 inline unsigned blocks_for(size_t n, unsigned threads = 256) {
   size_t b = (n + threads - 1) / threads;
@@ -86,8 +89,8 @@ inline unsigned blocks_for(size_t n, unsigned threads = 256) {
 // the grid's y limit. A function of the row count alone, so a shape always
 // sums in the same order.
 inline int64_t chunk_rows(int64_t rows) {
-  constexpr int64_t kRows = 64, kMaxChunks = 65535;
-  return std::max(kRows, (rows + kMaxChunks - 1) / kMaxChunks);
+  constexpr int64_t kRows = 64;
+  return std::max(kRows, (rows + kMaxGridYZ - 1) / kMaxGridYZ);
 }
 
 }  // namespace ctrl::cuda
