@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/args.h"
 #include "core/error.h"
-#include "core/parse.h"
 #include "core/sysinfo.h"
 #include "model/config.h"
 #include "model/layout.h"
@@ -60,40 +60,17 @@ double time_per_call(Ops& ops, const std::function<void()>& op, double seconds) 
 }
 
 int run(int argc, char** argv) {
-  std::string config_name, device = "cpu";
-  std::vector<std::string> sets;
-  int threads = 0;
-  double seconds = 0.2;
-  bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw Error("step_products: " + a + " needs a value\n" + kUsage);
-      return argv[++i];
-    };
-    if (a == "--config") {
-      config_name = value();
-    } else if (a == "--set") {
-      sets.push_back(value());
-    } else if (a == "--device") {
-      device = value();
-    } else if (a == "--threads") {
-      const auto n = parse_whole_int(value());
-      if (!n || *n < 1 || *n > 4096) throw Error("step_products: --threads takes a whole number from 1 to 4096");
-      threads = int(*n);
-    } else if (a == "--seconds") {
-      const auto s = parse_whole_double(value());
-      if (!s || !(*s >= 0.001 && *s <= 60)) throw Error("step_products: --seconds takes a number from 0.001 to 60");
-      seconds = *s;
-    } else if (a == "--json") {
-      json = true;
-    } else {
-      throw Error("step_products: unknown argument '" + a + "'\n" + kUsage);
-    }
-  }
-  if (config_name.empty()) throw Error(std::string("step_products: --config is required\n") + kUsage);
+  cli::Args args = cli::Args::tool("step_products", std::string(kUsage) + "\n");
+  for (const char* name : {"config", "device", "threads", "seconds"}) args.flag(name);
+  args.repeated("set");
+  args.boolean("json");
+  if (!args.parse(std::vector<std::string>(argv + 1, argv + argc))) return 0;
+  const std::string config_name = args.require("config"), device = args.get("device", "cpu");
+  const int threads = int(args.get_int("threads", 0, 1, 4096));
+  const double seconds = args.get_double("seconds", 0.2, 0.001, 60);
+  const bool json = args.has("json");
   Config config = load_config(config_name);
-  for (const auto& s : sets) apply_override(config, s);
+  for (const auto& s : args.all("set")) apply_override(config, s);
   validate(config);
   const auto& m = config.model;
   const int64_t B = config.train.micro_batch, T = m.n_ctx, N = B * T, D = m.d_model, F = m.d_ff, V = m.vocab_size,

@@ -25,9 +25,9 @@ for precision in ("fp32", "bf16"):
         assert 0 < r["forward_s"] < r["total_s"] < 1, (precision, op, r)
         assert r["total_flops"] == 3 * r["forward_flops"] > 0, (precision, op, r)
 
-for bad, says in ((["--config", "tiny", "--seconds", "0"], "--seconds takes a number"),
-                  (["--config", "tiny", "--frobnicate"], "unknown argument '--frobnicate'"),
-                  (["--seconds", "1"], "--config is required"),
+for bad, says in ((["--config", "tiny", "--seconds", "0"], "step_products: --seconds 0: expected a number in [0.001, 60]"),
+                  (["--config", "tiny", "--frobnicate"], "step_products: unknown flag --frobnicate"),
+                  (["--seconds", "1"], "step_products: missing --config"),
                   (["--config", "no-such-preset"], "no-such-preset")):
     run = subprocess.run([binary, *bad], capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and says in run.stderr, (bad, run.returncode, run.stderr)

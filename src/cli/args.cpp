@@ -21,8 +21,7 @@ bool Args::parse(const std::vector<std::string>& args) {
       return false;
     }
     if (a.rfind("--", 0) != 0 || a == "--")
-      fail("ctrl " + command_ + ": unexpected argument '" + a + "' (every input is a --flag; see ctrl " + command_ +
-           " --help)");
+      fail(who_ + ": unexpected argument '" + a + "' (every input is a --flag; see " + who_ + " --help)");
     std::string name = a.substr(2), value;
     bool has_value = false;
     if (auto eq = name.find('='); eq != std::string::npos) {
@@ -31,17 +30,17 @@ bool Args::parse(const std::vector<std::string>& args) {
       has_value = true;
     }
     auto it = kinds_.find(name);
-    if (it == kinds_.end()) fail("ctrl " + command_ + ": unknown flag --" + name + " (see ctrl " + command_ + " --help)");
+    if (it == kinds_.end()) fail(who_ + ": unknown flag --" + name + " (see " + who_ + " --help)");
     if (it->second == 2) {
-      if (has_value) fail("ctrl " + command_ + ": --" + name + " takes no value");
+      if (has_value) fail(who_ + ": --" + name + " takes no value");
       values_[name].push_back("1");
       continue;
     }
     if (!has_value) {
-      if (i + 1 >= args.size()) fail("ctrl " + command_ + ": --" + name + " needs a value");
+      if (i + 1 >= args.size()) fail(who_ + ": --" + name + " needs a value");
       value = args[++i];
     }
-    if (it->second == 0 && values_.count(name)) fail("ctrl " + command_ + ": --" + name + " given twice");
+    if (it->second == 0 && values_.count(name)) fail(who_ + ": --" + name + " given twice");
     values_[name].push_back(value);
   }
   return true;
@@ -55,7 +54,7 @@ std::string Args::get(const std::string& name, const std::string& fallback) cons
 }
 
 std::string Args::require(const std::string& name) const {
-  if (!has(name)) fail("ctrl " + command_ + ": missing --" + name + " (see ctrl " + command_ + " --help)");
+  if (!has(name)) fail(who_ + ": missing --" + name + " (see " + who_ + " --help)");
   return get(name);
 }
 
@@ -69,7 +68,7 @@ int64_t Args::get_int(const std::string& name, int64_t fallback, int64_t lo, int
   const std::string v = get(name);
   const std::string range = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   const auto x = parse_whole_int(v);
-  if (!x || *x < lo || *x > hi) fail("ctrl " + command_ + ": --" + name + " " + v + ": expected " + range);
+  if (!x || *x < lo || *x > hi) fail(who_ + ": --" + name + " " + v + ": expected " + range);
   return *x;
 }
 
@@ -88,7 +87,7 @@ double Args::get_double(const std::string& name, double fallback, double lo, dou
                                             bound(hi) + (hi_open ? ")" : "]");
   const double x = parse_whole_double(v).value_or(NAN);
   const bool inside = std::isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
-  if (!inside) fail("ctrl " + command_ + ": --" + name + " " + v + ": expected " + range);
+  if (!inside) fail(who_ + ": --" + name + " " + v + ": expected " + range);
   return x;
 }
 

@@ -15,8 +15,14 @@ namespace ctrl::cli {
 
 class Args {
  public:
-  // `usage` is printed for --help. Flags are declared before parse().
-  Args(std::string command, std::string usage) : command_(std::move(command)), usage_(std::move(usage)) {}
+  // `usage` is printed for --help. Flags are declared before parse(). Errors
+  // name "ctrl <command>"; a program of its own (bench/) uses tool().
+  Args(const std::string& command, std::string usage) : who_("ctrl " + command), usage_(std::move(usage)) {}
+  static Args tool(const std::string& program, std::string usage) {
+    Args args("", std::move(usage));
+    args.who_ = program;
+    return args;
+  }
   void flag(const std::string& name);        // takes a value
   void repeated(const std::string& name);    // takes a value, may repeat
   void boolean(const std::string& name);     // takes no value
@@ -35,7 +41,7 @@ class Args {
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:
-  std::string command_, usage_;
+  std::string who_, usage_;           // who_: the words errors start with
   std::map<std::string, int> kinds_;  // 0 value, 1 repeated, 2 boolean
   std::map<std::string, std::vector<std::string>> values_;
   std::vector<std::string> positional_;
