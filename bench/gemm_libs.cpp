@@ -46,6 +46,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/args.h"
 #include "core/error.h"
 #include "core/parse.h"
 #include "model/config.h"
@@ -263,49 +264,28 @@ std::vector<std::string> split(const std::string& s) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  std::vector<int> threads = {1, 2};
-  std::string libs_arg = "openblas,blis,dnnl_sgemm,dnnl_matmul,ctrl";
-  std::string shape_filter;
-  ctrl::ModelConfig model = ctrl::load_config("small").model;
-  int64_t tokens = 0;
-  double secs = 0.1;
-  int rounds = 3;
-  double idle_wait = 0;  // seconds to wait for an idle machine before each timing
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i], v = argv[i + 1];
-    if (k == "--threads") {
-      threads.clear();
-      for (auto& t : split(v)) threads.push_back(std::atoi(t.c_str()));
-    } else if (k == "--libs") {
-      libs_arg = v;
-    } else if (k == "--seconds") {
-      secs = std::atof(v.c_str());
-    } else if (k == "--idle-wait") {
-      idle_wait = std::atof(v.c_str());
-    } else if (k == "--rounds") {
-      rounds = std::max(1, std::atoi(v.c_str()));
-    } else if (k == "--shapes") {
-      shape_filter = v;
-    } else if (k == "--model") {
-      try {
-        model = ctrl::load_config(v).model;
-      } catch (const ctrl::Error& e) {
-        std::fprintf(stderr, "gemm_libs: --model: %s\n", e.what());
-        return 2;
-      }
-    } else if (k == "--tokens") {
-      const auto n = ctrl::parse_whole_int(v);
-      tokens = n ? *n : 0;
-      if (tokens < 1) {
-        std::fprintf(stderr, "gemm_libs: --tokens %s: expected a positive whole number\n", v.c_str());
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "gemm_libs: unknown flag %s\n", k.c_str());
-      return 2;
-    }
+int run(int argc, char** argv) {
+  ctrl::cli::Args args = ctrl::cli::Args::tool(
+      "gemm_libs",
+      "usage: gemm_libs [--threads 1,2] [--libs openblas,blis,dnnl_sgemm,dnnl_tiled,dnnl_matmul,ctrl]\n"
+      "                 [--seconds 0.1] [--rounds 3] [--shapes substring] [--model PRESET|FILE] [--tokens N]\n"
+      "                 [--idle-wait S]\n");
+  for (const char* name : {"threads", "libs", "seconds", "idle-wait", "rounds", "shapes", "model", "tokens"})
+    args.flag(name);
+  if (!args.parse(std::vector<std::string>(argv + 1, argv + argc))) return 0;
+  std::vector<int> threads;
+  for (const auto& t : split(args.get("threads", "1,2"))) {
+    const auto n = ctrl::parse_whole_int(t);
+    if (!n || *n < 1 || *n > 4096) ctrl::fail("gemm_libs: --threads " + t + ": expected whole numbers from 1 to 4096");
+    threads.push_back(int(*n));
   }
+  const std::string libs_arg = args.get("libs", "openblas,blis,dnnl_sgemm,dnnl_matmul,ctrl");
+  const std::string shape_filter = args.get("shapes");
+  const ctrl::ModelConfig model = ctrl::load_config(args.get("model", "small")).model;
+  const int64_t tokens = args.get_int("tokens", 0, 1);
+  const double secs = args.get_double("seconds", 0.1, 0.001, 60);
+  const int rounds = int(args.get_int("rounds", 3, 1, 1000));
+  const double idle_wait = args.get_double("idle-wait", 0, 0, 3600);  // seconds to wait for an idle machine
   const auto wanted = split(libs_arg);
   auto want = [&](const std::string& n) {
     return std::find(wanted.begin(), wanted.end(), n) != wanted.end();
@@ -492,4 +472,13 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
 }
