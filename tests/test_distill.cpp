@@ -243,6 +243,13 @@ TEST(Distill, ResumeWithATeacherIsBitExact) {
   c.train.distill_alpha = 0.7;
   c.train.distill_temperature = 3;
   test_support::expect_resume_bit_exact(c, 3, fresh_dir("whole"), fresh_dir("parts"), "with a teacher");
+  // A resume that leaves out the teacher keeps the run's (from its config.json), weighting included.
+  test_support::expect_resume_bit_exact(c, 3, fresh_dir("whole_again"), fresh_dir("parts_no_teacher"),
+                                        "resumed without --teacher", {}, [](Config& resumed) {
+                                          resumed.train.teacher.clear();
+                                          resumed.train.distill_alpha = 0.5;
+                                          resumed.train.distill_temperature = 2;
+                                        });
 }
 
 // Mixed precision with a teacher: the teacher runs in the student's

@@ -34,16 +34,7 @@ namespace {
 
 std::string fresh_dir(const std::string& name) { return test_support::fresh_dir("ctrl_badinput", name); }
 
-// The message of the ctrl::Error that f throws ("" if it throws none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_support::error_of;
 
 #define EXPECT_ERROR(expr, ...)                                               \
   do {                                                                        \

@@ -99,6 +99,17 @@ inline std::string ctrl_binary() {
 
 // The backend that model-level tests run on: cpu, or the one CTRL_DEVICE names
 // (ctest's checked_* entries run the suite on the checked backend).
+// The message of the ctrl::Error that f throws ("" if it throws none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const ctrl::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 inline std::unique_ptr<ctrl::Ops> make_test_ops() { return ctrl::make_ops("cpu"); }
 // Whether that backend is a GPU (CTRL_DEVICE=cuda: ctest's cuda_suite), as the
 // engine decides it (Ops::gpu() >= 0). A GPU runs bf16 natively, so neither
@@ -148,14 +159,17 @@ inline ctrl::Config tiny_trainer_config(int64_t steps, int64_t checkpoint_every)
 // its checkpoint. `what` labels failures. Returns the unbroken run's losses.
 inline std::vector<double> expect_resume_bit_exact(const ctrl::Config& c, int64_t split, const std::string& whole_dir,
                                                    const std::string& parts_dir, const std::string& what,
-                                                   const std::function<void()>& between = {}) {
+                                                   const std::function<void()>& between = {},
+                                                   const std::function<void(ctrl::Config&)>& resumed_with = {}) {
   ctrl::Trainer full(c, ctrl::TrainerOptions{whole_dir, false, true});
   full.run();
   ctrl::Config first = c;
   first.train.steps = split;
   ctrl::Trainer(first, ctrl::TrainerOptions{parts_dir, false, true}).run();
   if (between) between();
-  ctrl::Trainer rest(c, ctrl::TrainerOptions{parts_dir, true, true});
+  ctrl::Config resumed = c;  // what the resuming command gives (resumed_with leaves settings out)
+  if (resumed_with) resumed_with(resumed);
+  ctrl::Trainer rest(resumed, ctrl::TrainerOptions{parts_dir, true, true});
   EXPECT_EQ(rest.state().step, split) << what;
   rest.run();
   const std::vector<double> tail(full.step_losses().begin() + split, full.step_losses().end());

@@ -83,6 +83,41 @@ TEST(Trainer, CorruptCheckpointIsRejectedAndResumeFallsBack) {
   EXPECT_THROW(Trainer(other, o), Error);
 }
 
+// A resume without --data goes on with the run's corpus (config.json names
+// it), not with synthetic tokens; a synthetic run cannot be resumed on a
+// corpus, nor a corpus run once config.json no longer names it.
+TEST(Trainer, ResumeKeepsTheRunsCorpus) {
+  const std::string data = fresh_dir("resume_corpus");
+  std::vector<uint32_t> a, b;
+  for (uint32_t i = 0; i < 400; ++i) a.push_back(10 + i % 150), b.push_back(20 + (i * 7) % 170);
+  test_support::write_two_code_corpus(data, a, b, 200);
+  Config c = small_config(5);
+  c.model.vocab_size = 200;
+  c.train.data = data;
+  const std::string parts = fresh_dir("resume_corpus_parts");
+  test_support::expect_resume_bit_exact(c, 2, fresh_dir("resume_corpus_whole"), parts, "resumed without --data", {},
+                                        [](Config& resumed) { resumed.train.data.clear(); });
+  EXPECT_NE(read_file(parts + "/config.json").find(data), std::string::npos);
+  EXPECT_NE(read_file(parts + "/config.json").find("\"train.steps\": \"5\""), std::string::npos)
+      << "config.json records the settings the resumed run went on with";
+  // config.json gone: the checkpoint says it was a corpus run, and the resume is refused.
+  std::filesystem::remove(parts + "/config.json");
+  Config longer = c;
+  longer.train.steps = 6;
+  longer.train.data.clear();
+  const std::string no_data = test_support::error_of([&] { Trainer(longer, TrainerOptions{parts, true, true}); });
+  EXPECT_NE(no_data.find("was trained on the corpus " + data + "; pass --data"), std::string::npos) << no_data;
+  // A synthetic run, resumed with a corpus.
+  Config synthetic = small_config(2);
+  synthetic.model.vocab_size = 200;
+  const std::string run = fresh_dir("resume_synthetic");
+  Trainer(synthetic, TrainerOptions{run, false, true}).run();
+  synthetic.train.steps = 3;
+  synthetic.train.data = data;
+  const std::string on_corpus = test_support::error_of([&] { Trainer(synthetic, TrainerOptions{run, true, true}); });
+  EXPECT_NE(on_corpus.find("was trained on synthetic tokens, not a corpus"), std::string::npos) << on_corpus;
+}
+
 TEST(Batches, SequencesStartWithTheControlCodeAndTargetsShiftByOne) {
   const std::string dir = fresh_dir("batches");
   std::vector<uint32_t> a, b;

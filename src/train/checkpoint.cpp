@@ -241,6 +241,8 @@ void check_corpus_matches(const CheckpointContents& checkpoint, const Dataset& d
   }
 }
 
+const std::string& Checkpoint::path() const { return file_->path(); }
+
 bool Checkpoint::has_optimizer_state(const std::string& optimizer) const {
   const std::string prefix = "optimizer." + optimizer + ".";
   for (const auto& [name, info] : file_->tensors())

@@ -86,6 +86,7 @@ class Checkpoint {
   explicit Checkpoint(const std::string& path);
   const CheckpointContents& contents() const { return contents_; }
   const Config& config() const { return contents_.config; }
+  const std::string& path() const;
   bool has_optimizer_state(const std::string& optimizer) const;
   // Uploads parameters into the model a tensor at a time; every tensor's shape must match.
   void load_parameters(Model& model) const;

@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -77,6 +79,52 @@ void check_teacher_shares_codes(const CheckpointContents& teacher, const Checkpo
          names(student.codes) + "); student and teacher must share the control codes");
 }
 
+// What a resumed run keeps from its own config.json when the command leaves
+// it out: the corpus, and the teacher with its weighting. Without them a
+// `--resume` that forgot --data would go on with synthetic tokens and write
+// checkpoints of a model that knows no control codes. Rank 0 reads the file;
+// every rank takes the same settings. Notes say what was carried over.
+void inherit_run_settings(const std::string& run_dir, Config& config, Communicator& comm) {
+  std::string kept;
+  if (comm.rank() == 0) {
+    const std::string path = run_dir + "/config.json";
+    std::optional<Config> start;
+    if (std::filesystem::exists(path)) {
+      try {
+        start = config_from_json(read_file(path), path);
+      } catch (const Error& e) {
+        std::fprintf(stderr, "warning: --resume cannot read %s (%s): nothing is carried over from it\n", path.c_str(),
+                     e.what());
+      }
+    }
+    nlohmann::json j = nlohmann::json::object();
+    if (start && config.train.data.empty() && !start->train.data.empty()) {
+      j["data"] = start->train.data;
+      std::fprintf(stderr, "note: --resume continues on the run's corpus %s (train.data in %s)\n",
+                   start->train.data.c_str(), path.c_str());
+    }
+    if (start && config.train.teacher.empty() && !start->train.teacher.empty()) {
+      j["teacher"] = start->train.teacher;
+      j["alpha"] = start->train.distill_alpha;
+      j["temperature"] = start->train.distill_temperature;
+      std::fprintf(stderr, "note: --resume keeps the run's teacher %s (train.teacher in %s)\n",
+                   start->train.teacher.c_str(), path.c_str());
+    }
+    kept = j.dump();
+  }
+  uint64_t size = kept.size();
+  comm.broadcast(&size, sizeof size, 0);
+  kept.resize(size_t(size));
+  comm.broadcast(kept.data(), kept.size(), 0);
+  const nlohmann::json j = nlohmann::json::parse(kept);
+  if (j.contains("data")) config.train.data = j["data"].get<std::string>();
+  if (j.contains("teacher")) {
+    config.train.teacher = j["teacher"].get<std::string>();
+    config.train.distill_alpha = j["alpha"].get<double>();
+    config.train.distill_temperature = j["temperature"].get<double>();
+  }
+}
+
 }  // namespace
 
 Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(config), options_(options) {
@@ -86,6 +134,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
     own_comm_ = make_single_communicator();
     comm_ = own_comm_.get();
   }
+  if (options_.resume) inherit_run_settings(options_.run_dir, config_, *comm_);
   const auto& t = config_.train;
   const int64_t ranks = comm_->size();
   if (t.global_batch % (ranks * t.micro_batch) != 0)
@@ -119,10 +168,9 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   build_engine(teacher.get());
   choose_bf16_products(checkpoint.get());
   share_initial_state(checkpoint.get());
-  if (writer()) {
-    if (!checkpoint)
-      write_file_atomically(options_.run_dir + "/config.json",
-                            nlohmann::json::parse(config_to_json(config_)).dump(2) + "\n");
+  if (writer()) {  // the settings this run goes on with (a resume may have changed train.steps, say)
+    write_file_atomically(options_.run_dir + "/config.json",
+                          nlohmann::json::parse(config_to_json(config_)).dump(2) + "\n");
     run_dir_->open_metrics(state_.step);
   }
   const size_t seq = size_t(t.micro_batch * config_.model.n_ctx);
@@ -171,6 +219,15 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
 // record of it: control codes, tokenizer, config.
 void Trainer::open_data(const Checkpoint* checkpoint) {
   const ModelConfig& m = config_.model;
+  if (checkpoint) {  // a corpus run goes on with a corpus, a synthetic one without
+    const std::string& before = checkpoint->config().train.data;
+    if (!before.empty() && config_.train.data.empty())
+      fail("ctrl train --resume: " + checkpoint->path() + " was trained on the corpus " + before +
+           "; pass --data with that corpus");
+    if (before.empty() && !config_.train.data.empty())
+      fail("ctrl train --resume: " + checkpoint->path() + " was trained on synthetic tokens, not a corpus; train on " +
+           config_.train.data + " in a new --out");
+  }
   if (!config_.train.data.empty()) {
     dataset_ = std::make_shared<Dataset>(Dataset::open(config_.train.data));
     if (dataset_->manifest().vocab_size > uint32_t(m.vocab_size))
