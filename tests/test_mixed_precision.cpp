@@ -250,6 +250,28 @@ TEST(MixedPrecision, ForcedOverflowsAreSkippedAndNeverReachTheWeights) {
   EXPECT_EQ(grow.state().scaler.scale, 16.0);
 }
 
+// A run whose loss goes non-finite stops with "diverged" before the step
+// reaches the weights; under fp16 once the loss scale has halved to 1 (from
+// 4 here: two skipped steps first), instead of skipping forever while the
+// scale underflows (at about 2^-128 its inverse is inf, and inf · 0 turns the
+// weights to NaN).
+TEST(MixedPrecision, ADivergingRunStopsInsteadOfSkippingForever) {
+  const std::string data = learnable_corpus();
+  for (const std::string precision : {"fp32", "fp16"}) {
+    Config c = tiny_config(data, precision);
+    c.train.lr = 100;
+    c.train.warmup_steps = 0;
+    c.train.clip_norm = 0;
+    c.train.loss_scale = 4;
+    c.train.steps = 60;
+    const std::string message = test_support::error_of([&] {
+      Trainer(c, TrainerOptions{fresh_dir("diverge_" + precision), false, true}).run();
+    });
+    EXPECT_NE(message.find("training diverged at step"), std::string::npos) << precision << ": " << message;
+    EXPECT_EQ(message.find("at fp16 loss scale 1 ") != std::string::npos, precision == "fp16") << message;
+  }
+}
+
 TEST(MixedPrecision, Fp16ResumesBitForBitWithItsLossScale) {
   // A window of 2 changes the scale within the run, so it must be restored.
   check_resume(learnable_corpus(), "fp16", 2);

@@ -359,7 +359,18 @@ void Trainer::train_step() {
   scalars_.download(host, 3);  // the step's one read of backend scalars
   const double loss = host[0] / tokens, kl = host[1] / tokens, norm = std::sqrt(host[2]) / loss_scale;
   const double lr = learning_rate(t, state_.step);
-  if (!fp16 || update_loss_scale(std::isfinite(host[2]) && std::isfinite(loss))) {
+  // A non-finite loss or gradient never reaches the weights. Under fp16 it
+  // skips the step and halves the loss scale, down to 1: below that, the
+  // gradients overflow unscaled and no scale will help.
+  const bool finite = std::isfinite(host[2]) && std::isfinite(loss);
+  if (!finite && (!fp16 || loss_scale <= 1.0)) {
+    char what[160];
+    const int n = std::snprintf(what, sizeof what, "training diverged at step %lld: loss %g, gradient norm %g",
+                                static_cast<long long>(state_.step + 1), loss, norm);
+    if (fp16) std::snprintf(what + n, sizeof what - size_t(n), " at fp16 loss scale %g", loss_scale);
+    fail(std::string(what) + " (lower train.lr or raise train.warmup_steps)");
+  }
+  if (!fp16 || update_loss_scale(finite)) {
     optimizer_->step(model_->params, grads.data(), lr, grad_factor_.data());
     sync_->share_parameters();
   }
@@ -367,8 +378,6 @@ void Trainer::train_step() {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   state_.elapsed_seconds += seconds;
   step_losses_.push_back(loss);
-  if (!std::isfinite(loss) && !fp16) fail("training diverged at step " + std::to_string(state_.step) + ": loss is " +
-                                 std::to_string(loss) + " (lower train.lr or raise train.warmup_steps)");
   log_step(loss, lr, norm, seconds, kl);
 }
 
