@@ -71,6 +71,12 @@ TEST(HuggingFace, RejectsWhatItCannotRead) {
   std::filesystem::copy_file(kFixtures + "hf_tiny/config.json", dir + "/config.json",
                              std::filesystem::copy_options::overwrite_existing);
   EXPECT_THROW(import_hf(dir, temp_path("x.ckpt"), {}, ""), Error);  // no model.safetensors
+  // An --out that exists is never overwritten.
+  const std::string kept = temp_path("kept.txt");
+  write_file_atomically(kept, "keep");
+  const std::string message = test_support::error_of([&] { import_hf(kFixtures + "hf_tiny", kept, {}, ""); });
+  EXPECT_NE(message.find(kept + ": exists; choose another --out"), std::string::npos) << message;
+  EXPECT_EQ(read_file(kept), "keep");
 }
 
 TEST(Generator, KeyValueCachePathEqualsTheFullForwardPass) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -51,6 +52,25 @@ int ctrl_cli(const std::string& args, std::string* out) {
 }
 
 Config small_config(int64_t steps) { return test_support::tiny_trainer_config(steps, 2); }
+
+// Every command `ctrl --help` lists answers --help with its usage, exit 0
+// (export and import too, whose first word is a format).
+TEST(BadInputCli, EveryCommandHasHelp) {
+  std::string listing;
+  ASSERT_EQ(ctrl_cli("--help", &listing), 0);
+  std::istringstream lines(listing.substr(listing.find("commands:")));
+  std::string line;
+  int commands = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind("  ", 0) != 0) continue;
+    const std::string command = line.substr(2, line.find(' ', 2) - 2);
+    std::string help;
+    EXPECT_EQ(ctrl_cli(command + " --help", &help), 0) << command << ": " << help;
+    EXPECT_EQ(help.rfind("usage: ctrl " + command, 0), 0u) << command << ": " << help;
+    ++commands;
+  }
+  EXPECT_GE(commands, 8);
+}
 
 // ---------------------------------------------------------------- crashes
 

@@ -18,9 +18,11 @@ const char* kExportUsage =
 const char* kImportUsage =
     "usage: ctrl import hf --in DIR --out CKPT [--control NAME=ID]... [--tokenizer FILE.model]\n\n"
     "Reads a CTRLLMHeadModel directory (config.json + model.safetensors, e.g. written by transformers'\n"
-    "save_pretrained or by ctrl export hf) into a ctrl checkpoint, with no optimizer state.\n";
+    "save_pretrained or by ctrl export hf) into a new ctrl checkpoint (CKPT must not exist), with no\n"
+    "optimizer state.\n";
 
 int export_cmd(const std::vector<std::string>& argv) {
+  if (!argv.empty() && (argv[0] == "--help" || argv[0] == "-h")) return std::printf("%s", kExportUsage), 0;
   if (argv.empty() || argv[0] != "hf") fail("ctrl export: expected a format: ctrl export hf --model CKPT --out DIR");
   Args args("export hf", kExportUsage);
   args.flag("model");
@@ -33,6 +35,7 @@ int export_cmd(const std::vector<std::string>& argv) {
 }
 
 int import_cmd(const std::vector<std::string>& argv) {
+  if (!argv.empty() && (argv[0] == "--help" || argv[0] == "-h")) return std::printf("%s", kImportUsage), 0;
   if (argv.empty() || argv[0] != "hf") fail("ctrl import: expected a format: ctrl import hf --in DIR --out CKPT");
   Args args("import hf", kImportUsage);
   args.flag("in");

@@ -96,6 +96,9 @@ void export_hf(const std::string& checkpoint_path, const std::string& dir) {
 
 void import_hf(const std::string& dir, const std::string& checkpoint_path, const std::vector<CodeInfo>& codes,
                const std::string& tokenizer_path) {
+  // Never over a file: --out mistyped as a trained run's checkpoint would lose it.
+  if (std::filesystem::exists(checkpoint_path))
+    fail(checkpoint_path + ": exists; choose another --out (import writes a new file)");
   const std::string config_path = dir + "/config.json";
   nlohmann::json hf;
   try {
