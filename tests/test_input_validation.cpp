@@ -415,6 +415,10 @@ TEST(BadInputFlags, StrayArgumentsAndOutOfRangeFlagsAreRefused) {
     EXPECT_EQ(ctrl_cli(std::string("generate --model none.ckpt --control A --top-p ") + v, &out), 1) << v;
     EXPECT_NE(out.find(std::string("--top-p ") + v + ": expected a number in (0, 1]"), std::string::npos) << out;
   }
+  for (const char* f : {"--top-k 40", "--top-p 0.9", "--seed 7"}) {  // ignored by greedy decoding: refused
+    EXPECT_EQ(ctrl_cli(std::string("generate --model none.ckpt --control A ") + f, &out), 1) << f;
+    EXPECT_NE(out.find("applies to sampling, and temperature 0 (the default) is greedy"), std::string::npos) << out;
+  }
   EXPECT_EQ(ctrl_cli("eval --model none.ckpt --data none --batch 99999999999999999999", &out), 1);
   EXPECT_NE(out.find("--batch 99999999999999999999: expected an integer in [1, 1048576]"), std::string::npos) << out;
   EXPECT_EQ(ctrl_cli("train --config tiny --out none --zero 2", &out), 1);

@@ -18,7 +18,8 @@ const char* kUsage =
     "                     [--device cpu|checked|cuda[:N]]\n\n"
     "Generates text that starts with control code CODE (see the list an unknown code prints) and the\n"
     "prompt. CTRL's penalized sampling: logits of tokens already present are divided by THETA\n"
-    "(default 1.2; 1 disables); temperature 0 (default) is greedy, otherwise top-k/top-p sampling.\n"
+    "(default 1.2; 1 disables); temperature 0 (default) is greedy; a temperature above 0 samples, with\n"
+    "--top-k/--top-p if given, reproducibly from --seed.\n"
     "Stops at --max-tokens (default 100), the end-of-document token or the model's context.\n"
     "--ids prints token ids instead of text (always so for models trained without a tokenizer).\n";
 
@@ -43,6 +44,11 @@ int run(const std::vector<std::string>& argv) {
   o.top_p = args.get_double("top-p", 1.0, 0, 1, true);
   const int64_t max_tokens = args.get_int("max-tokens", 100, 0, int64_t(1) << 30);
   const uint64_t seed = uint64_t(args.get_int("seed", 1, 0));
+  if (o.temperature == 0)  // greedy: nothing is drawn, so these would be ignored without a word
+    for (const char* f : {"top-k", "top-p", "seed"})
+      if (args.has(f))
+        fail(std::string("ctrl generate: --") + f +
+             " applies to sampling, and temperature 0 (the default) is greedy; add --temperature T (e.g. 0.8)");
   Checkpoint ckpt(args.require("model"));
   const auto& contents = ckpt.contents();
   const std::string control = args.require("control");
