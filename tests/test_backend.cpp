@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "ops/decorator.h"
 #include "ops/ops.h"
 #include "ops/profiled_ops.h"
@@ -190,6 +191,12 @@ TEST(CliDevice, TrainAndGenerateOnTheCheckedBackendMatchTheCpu) {
   ASSERT_EQ(run("CTRL_DEVICE= " + bin + gen + base + "_cpu" + ckpt + " --device cpu 2>&1", &b), 0) << b;
   EXPECT_EQ(a, b);
   EXPECT_FALSE(a.empty());
+  EXPECT_NE(a.find("\n(8 tokens generated under Synthetic)"), std::string::npos) << "the ids end their line: " << a;
+  // --threads pins the count in train and generate; decoding gives the same ids at any count.
+  ASSERT_EQ(run(bin + common + " --threads 1 --out " + base + "_one 2>&1", &out), 0) << out;
+  EXPECT_NE(ctrl::read_file(base + "_one/config.json").find("\"train.threads\": \"1\""), std::string::npos);
+  ASSERT_EQ(run("CTRL_DEVICE= " + bin + gen + base + "_cpu" + ckpt + " --threads 1 2>&1", &out), 0) << out;
+  EXPECT_EQ(out, b);
   EXPECT_NE(run(bin + common + " --device tpu --out " + base + "_bad 2>&1", &out), 0);
   EXPECT_NE(out.find("train.device must be cpu, checked, cuda or cuda:N, got 'tpu'"), std::string::npos) << out;
 }

@@ -17,7 +17,8 @@ namespace {
 const char* kUsage =
     "usage: ctrl eval --model CKPT --data DIR [--max-sequences N] [--batch N] [--json]\n"
     "                 [--codes] [--control-accuracy N [--max-tokens N] [--temperature T] [--top-k K]\n"
-    "                 [--top-p P] [--penalty THETA] [--seed S]] [--out DIR] [--device cpu|checked|cuda[:N]]\n\n"
+    "                 [--top-p P] [--penalty THETA] [--seed S]] [--out DIR] [--device cpu|checked|cuda[:N]]\n"
+    "                 [--threads N]\n\n"
     "Loss (nats per token) and perplexity of a checkpoint on each control code's held-out split of a\n"
     "prepared corpus, over up to N windows of n_ctx tokens per code (default 256).\n\n"
     "--codes  the code-by-code matrix: each code A's held-out windows scored again with their control\n"
@@ -85,6 +86,7 @@ int run(const std::vector<std::string>& argv) {
   for (const char* f : {"max-tokens", "temperature", "top-k", "top-p", "penalty", "seed"}) args.flag(f);
   args.flag("out");
   args.flag("device");
+  args.flag("threads");
   if (!args.parse(argv)) return 0;
   // Flags first, so a bad value fails before anything is loaded.
   const int64_t max_sequences = args.get_int("max-sequences", 256, 1, int64_t(1) << 30);
@@ -110,7 +112,7 @@ int run(const std::vector<std::string>& argv) {
   check_corpus_matches(ckpt.contents(), *data, "ctrl eval");
   Batches batches = Batches::from_dataset(data, config.model.n_ctx, config.train.seed);
   const int64_t batch = has_batch ? batch_flag : config.train.micro_batch;
-  auto ops = make_ops(args.has("device") ? args.get("device") : "cpu");
+  auto ops = make_ops(args.has("device") ? args.get("device") : "cpu", int(args.get_int("threads", 0, 1, 1 << 16)));
   Model model(config.model, *ops, batch);
   ckpt.load_parameters(model);
   const std::string no_window = args.get("data") + ": no control code has a held-out window of n_ctx tokens";

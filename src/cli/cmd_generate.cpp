@@ -15,7 +15,7 @@ namespace {
 const char* kUsage =
     "usage: ctrl generate --model CKPT --control CODE [--prompt TEXT] [--max-tokens N] [--temperature T]\n"
     "                     [--penalty THETA] [--top-k K] [--top-p P] [--seed S] [--ids]\n"
-    "                     [--device cpu|checked|cuda[:N]]\n\n"
+    "                     [--device cpu|checked|cuda[:N]] [--threads N]\n\n"
     "Generates text that starts with control code CODE (see the list an unknown code prints) and the\n"
     "prompt. CTRL's penalized sampling: logits of tokens already present are divided by THETA\n"
     "(default 1.2; 1 disables); temperature 0 (default) is greedy; a temperature above 0 samples, with\n"
@@ -35,6 +35,7 @@ int run(const std::vector<std::string>& argv) {
     args.flag(f);
   args.boolean("ids");
   args.flag("device");
+  args.flag("threads");
   if (!args.parse(argv)) return 0;
   // Flags first (each with its range), so a bad value fails before the model loads.
   SamplingOptions o;
@@ -68,7 +69,7 @@ int run(const std::vector<std::string>& argv) {
     if (!tokenizer) fail("ctrl generate: this model was trained without a tokenizer, so --prompt cannot be encoded");
     for (int32_t t : tokenizer->encode(args.get("prompt"))) history.push_back(t);
   }
-  auto ops = make_ops(args.has("device") ? args.get("device") : "cpu");
+  auto ops = make_ops(args.has("device") ? args.get("device") : "cpu", int(args.get_int("threads", 0, 1, 1 << 16)));
   Model model(ckpt.config().model, *ops, 1, DType::F32, false, 1);  // decoding only: one row, no gradients
   ckpt.load_parameters(model);
   Generator gen(model);
@@ -79,14 +80,20 @@ int run(const std::vector<std::string>& argv) {
   std::vector<float> logits;
   for (int32_t t : history) logits = gen.feed(t);
   const size_t first_new = history.size();
-  std::string shown = print_ids ? "" : tokenizer->decode(std::vector<int32_t>(history.begin() + 1, history.end()));
+  // The prompt (after the control code), then each new token as it comes; as ids or as text.
+  std::string shown;
+  if (print_ids)
+    for (size_t i = 1; i < history.size(); ++i) shown += (i > 1 ? " " : "") + std::to_string(history[i]);
+  else
+    shown = tokenizer->decode(std::vector<int32_t>(history.begin() + 1, history.end()));
   std::printf("%s", shown.c_str());
+  bool context_full = false;
   for (int64_t i = 0; i < max_tokens; ++i) {
     const int32_t next = sample_next(logits, history, o, rng);
     if (next == eos) break;
     history.push_back(next);
     if (print_ids) {
-      std::printf("%s%d", i ? " " : "", next);
+      std::printf("%s%d", history.size() > 2 ? " " : "", next);
     } else {
       // Decode the whole text and print what is new: pieces that split a UTF-8 character print once whole.
       const std::string text = tokenizer->decode(std::vector<int32_t>(history.begin() + 1, history.end()));
@@ -97,12 +104,15 @@ int run(const std::vector<std::string>& argv) {
     }
     std::fflush(stdout);
     if (gen.position() >= n_ctx) {
-      std::fprintf(stderr, "\n(stopped: the model's context of %lld tokens is full)", static_cast<long long>(n_ctx));
+      context_full = true;
       break;
     }
     logits = gen.feed(next);
   }
   std::printf("\n");
+  std::fflush(stdout);  // the text ends its line before the notes on stderr
+  if (context_full)
+    std::fprintf(stderr, "(stopped: the model's context of %lld tokens is full)\n", static_cast<long long>(n_ctx));
   std::fprintf(stderr, "(%zu tokens generated under %s)\n", history.size() - first_new, control.c_str());
   return 0;
 }

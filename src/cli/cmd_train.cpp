@@ -14,7 +14,7 @@ namespace {
 
 const char* kUsage =
     "usage: ctrl train --config FILE|PRESET --out RUN_DIR [--data DIR] [--set section.key=value]... [--resume]\n"
-    "                  [--zero 0|1] [--timeout SECONDS] [--device cpu|checked|cuda[:N]]\n"
+    "                  [--zero 0|1] [--timeout SECONDS] [--device cpu|checked|cuda[:N]] [--threads N]\n"
     "                  [--teacher CKPT [--distill-alpha A] [--distill-temperature TAU]]\n\n"
     "Trains a CTRL model. PRESET is tiny, small, base, medium or ctrl; a TOML file has [model] and [train] tables\n"
     "(and may start with preset = \"small\"). --data DIR is a corpus from `ctrl prepare` (same as\n"
@@ -65,6 +65,7 @@ int run(const std::vector<std::string>& argv) {
   args.flag("zero");
   args.flag("timeout");
   args.flag("device");
+  args.flag("threads");
   args.flag("teacher");
   args.flag("distill-alpha");
   args.flag("distill-temperature");
@@ -73,6 +74,7 @@ int run(const std::vector<std::string>& argv) {
   if (args.has("data")) config.train.data = args.get("data");
   for (const auto& s : args.all("set")) apply_override(config, s);
   if (args.has("device")) apply_override(config, "train.device=" + args.get("device"));
+  if (args.has("threads")) config.train.threads = args.get_int("threads", 0, 1, 1 << 16);
   if (args.has("teacher")) config.train.teacher = args.get("teacher");
   if (args.has("distill-alpha")) config.train.distill_alpha = args.get_double("distill-alpha", 0.5, 0, 1);
   if (args.has("distill-temperature"))

@@ -497,11 +497,12 @@ void Trainer::print_start() {
   const auto& t = config_.train;
   std::fprintf(stderr,
                "training %s: %.2fM parameters, %.1f MFLOP/token (model; %.1f with recomputation), %lld steps of "
-               "%lld sequences x %lld tokens, %d threads (%s)\n",
+               "%lld sequences x %lld tokens, %d thread%s (%s)\n",
                config_.preset.c_str(), double(model_->layout().count()) / 1e6,
                train_flops_per_token(config_.model) / 1e6, train_hardware_flops_per_token(config_.model) / 1e6,
                static_cast<long long>(t.steps), static_cast<long long>(t.global_batch),
-               static_cast<long long>(config_.model.n_ctx), ops_->threads(), openmp_wait_setting().c_str());
+               static_cast<long long>(config_.model.n_ctx), ops_->threads(), ops_->threads() == 1 ? "" : "s",
+               openmp_wait_setting().c_str());
   if (teacher_)
     std::fprintf(stderr, "distilling from %s: %.2fM parameters, %.1f MFLOP/token forward, alpha %g, temperature %g\n",
                  t.teacher.c_str(), double(teacher_->layout().count()) / 1e6,
