@@ -197,6 +197,13 @@ TEST(CliDevice, TrainAndGenerateOnTheCheckedBackendMatchTheCpu) {
   EXPECT_NE(ctrl::read_file(base + "_one/config.json").find("\"train.threads\": \"1\""), std::string::npos);
   ASSERT_EQ(run("CTRL_DEVICE= " + bin + gen + base + "_cpu" + ckpt + " --threads 1 2>&1", &out), 0) << out;
   EXPECT_EQ(out, b);
+  // --model may name the run directory: its newest checkpoint, with a note.
+  ASSERT_EQ(run("CTRL_DEVICE= " + bin + gen + base + "_cpu 2>/dev/null", &out), 0) << out;
+  EXPECT_EQ(out + "(8 tokens generated under Synthetic)\n", b);
+  EXPECT_EQ(run(bin + gen + base + "_cpu 2>&1 >/dev/null", &out), 0);
+  EXPECT_NE(out.find("is a run directory; using its newest checkpoint"), std::string::npos) << out;
+  EXPECT_EQ(run(bin + gen + base + "_cpu/checkpoints 2>&1", &out), 1);
+  EXPECT_NE(out.find("a directory with no checkpoints/step-*.ckpt"), std::string::npos) << out;
   EXPECT_NE(run(bin + common + " --device tpu --out " + base + "_bad 2>&1", &out), 0);
   EXPECT_NE(out.find("train.device must be cpu, checked, cuda or cuda:N, got 'tpu'"), std::string::npos) << out;
 }

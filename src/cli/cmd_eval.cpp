@@ -106,7 +106,8 @@ int run(const std::vector<std::string>& argv) {
     if (args.has(f) && !accuracy) fail(std::string("ctrl eval: --") + f + " is a sampling flag of --control-accuracy; give it too");
   if (args.has("out") && !codes && !accuracy)
     fail("ctrl eval: --out is where --codes and --control-accuracy write their files; give one of them");
-  Checkpoint ckpt(args.require("model"));
+  const std::string model_path = model_checkpoint(args.require("model"));
+  Checkpoint ckpt(model_path);
   const Config& config = ckpt.config();
   auto data = std::make_shared<Dataset>(Dataset::open(args.require("data")));
   check_corpus_matches(ckpt.contents(), *data, "ctrl eval");
@@ -116,7 +117,7 @@ int run(const std::vector<std::string>& argv) {
   Model model(config.model, *ops, batch);
   ckpt.load_parameters(model);
   const std::string no_window = args.get("data") + ": no control code has a held-out window of n_ctx tokens";
-  const std::string out = args.has("out") ? args.get("out") : default_out_dir(args.get("model"));
+  const std::string out = args.has("out") ? args.get("out") : default_out_dir(model_path);
   if (codes || accuracy) make_directories(out);
   nlohmann::ordered_json json_out;
   if (codes) {
@@ -138,11 +139,11 @@ int run(const std::vector<std::string>& argv) {
     // The classifier reads text: the tokenizer the checkpoint carries (the corpus's, as checked above).
     const auto& contents = ckpt.contents();
     if (contents.tokenizer.empty() && data->tokenizer_path().empty())
-      fail("ctrl eval --control-accuracy: " + args.get("model") +
+      fail("ctrl eval --control-accuracy: " + model_path +
            " carries no tokenizer and the corpus has none (a token-only corpus); the classifier reads text");
     const Tokenizer tokenizer = contents.tokenizer.empty()
                                     ? Tokenizer::load(data->tokenizer_path())
-                                    : Tokenizer::from_bytes(contents.tokenizer, args.get("model") + " (tokenizer.model)");
+                                    : Tokenizer::from_bytes(contents.tokenizer, model_path + " (tokenizer.model)");
     if (codes && !args.has("json")) std::printf("\n");
     const ControlAccuracy a = control_accuracy(model, *data, tokenizer, ao);
     const std::string json = control_accuracy_json(a, ao);

@@ -21,7 +21,8 @@ const char* kUsage =
     "(default 1.2; 1 disables); temperature 0 (default) is greedy; a temperature above 0 samples, with\n"
     "--top-k/--top-p if given, reproducibly from --seed.\n"
     "Stops at --max-tokens (default 100), the end-of-document token or the model's context.\n"
-    "--ids prints token ids instead of text (always so for models trained without a tokenizer).\n";
+    "--ids prints token ids instead of text (always so for models trained without a tokenizer).\n"
+    "CKPT may be a run directory: its newest checkpoint.\n";
 
 // Tokenizer from the bytes a checkpoint carries (already checked against its control codes).
 std::optional<Tokenizer> checkpoint_tokenizer(const CheckpointContents& c, const std::string& path) {
@@ -50,7 +51,8 @@ int run(const std::vector<std::string>& argv) {
       if (args.has(f))
         fail(std::string("ctrl generate: --") + f +
              " applies to sampling, and temperature 0 (the default) is greedy; add --temperature T (e.g. 0.8)");
-  Checkpoint ckpt(args.require("model"));
+  const std::string model_path = model_checkpoint(args.require("model"));
+  Checkpoint ckpt(model_path);
   const auto& contents = ckpt.contents();
   const std::string control = args.require("control");
   int32_t control_id = -1;
@@ -62,7 +64,7 @@ int run(const std::vector<std::string>& argv) {
   if (control_id < 0) fail("ctrl generate: unknown control code '" + control + "' (this model knows: " + known + ")");
   CounterRng rng{seed, 0x6E6, 0};
 
-  auto tokenizer = checkpoint_tokenizer(contents, args.get("model"));
+  auto tokenizer = checkpoint_tokenizer(contents, model_path);
   const bool print_ids = args.has("ids") || !tokenizer;
   std::vector<int32_t> history = {control_id};
   if (args.has("prompt")) {

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "io/hf.h"
+#include "train/checkpoint.h"
 
 namespace ctrl::cli {
 namespace {
@@ -28,7 +29,7 @@ int export_cmd(const std::vector<std::string>& argv) {
   args.flag("model");
   args.flag("out");
   if (!args.parse({argv.begin() + 1, argv.end()})) return 0;
-  export_hf(args.require("model"), args.require("out"));
+  export_hf(model_checkpoint(args.require("model")), args.require("out"));
   std::fprintf(stderr, "wrote %s/config.json and %s/model.safetensors\n", args.get("out").c_str(),
                args.get("out").c_str());
   return 0;

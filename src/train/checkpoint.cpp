@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -321,6 +322,16 @@ std::unique_ptr<Checkpoint> open_teacher(const Config& config, const std::string
     fail(where + "the teacher's context is " + std::to_string(tm.n_ctx) + " tokens, shorter than the student's " +
          std::to_string(config.model.n_ctx) + " (set model.n_ctx <= " + std::to_string(tm.n_ctx) + ")");
   return teacher;
+}
+
+std::string model_checkpoint(const std::string& path) {
+  if (!std::filesystem::is_directory(path)) return path;
+  const std::vector<std::string> found = list_checkpoints(path);
+  if (found.empty())
+    fail(path + ": a directory with no checkpoints/step-*.ckpt; pass a checkpoint file or a run directory");
+  std::fprintf(stderr, "note: %s is a run directory; using its newest checkpoint %s\n", path.c_str(),
+               found.back().c_str());
+  return found.back();
 }
 
 std::vector<std::string> list_checkpoints(const std::string& run_dir) {

@@ -115,6 +115,10 @@ void check_corpus_matches(const CheckpointContents& checkpoint, const Dataset& d
 
 // Checkpoint files in a run directory's checkpoints/, oldest first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
+// The checkpoint a --model names: the file itself, or a run directory's
+// newest checkpoint (with a note on stderr); ctrl::Error for a directory
+// that holds none.
+std::string model_checkpoint(const std::string& path);
 // The teacher's model config from config.train.teacher (its checkpoint), or none (for ctrl plan).
 std::optional<ModelConfig> teacher_of(const Config& config);
 // The distillation teacher's checkpoint (train.teacher), read and verified,
