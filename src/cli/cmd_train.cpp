@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "core/file_io.h"
 #include "core/parse.h"
 #include "core/sysinfo.h"
 #include "train/trainer.h"
@@ -95,8 +96,9 @@ int run(const std::vector<std::string>& argv) {
   if (trainer.stopped_by()) return 128 + trainer.stopped_by();  // as a shell reports a signal: 130, 143, 129
   if (comm->rank() != 0) return 0;
   if (comm->size() > 1) std::fprintf(stderr, "data-parallel over %s\n", trainer.communicator().name().c_str());
-  std::fprintf(stderr, "done: %s (peak memory %.0f MiB); loss curve in %s/loss.svg\n", options.run_dir.c_str(),
-               double(peak_rss_bytes()) / (1 << 20), options.run_dir.c_str());
+  const std::string curve = options.run_dir + "/loss.svg";  // not drawn before a step is logged
+  std::fprintf(stderr, "done: %s (peak memory %.0f MiB)%s\n", options.run_dir.c_str(),
+               double(peak_rss_bytes()) / (1 << 20), file_exists(curve) ? ("; loss curve in " + curve).c_str() : "");
   return 0;
 }
 

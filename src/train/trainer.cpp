@@ -27,10 +27,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kDropoutStream = 0xD50F;
 
-bool same_model(const ModelConfig& a, const ModelConfig& b) {
+// The model settings in which `now` differs from `before` ("model.n_layer 4 in
+// the checkpoint, 2 now; ..."), or "" when none does.
+std::string model_differences(const ModelConfig& before, const ModelConfig& now) {
   Config x, y;
-  x.model = a, y.model = b;
-  return config_to_json(x) == config_to_json(y);
+  x.model = before, y.model = now;
+  const nlohmann::json a = nlohmann::json::parse(config_to_json(x)), b = nlohmann::json::parse(config_to_json(y));
+  auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  std::string out;
+  for (auto it = a.begin(); it != a.end(); ++it)
+    if (it.key().rfind("model.", 0) == 0 && b.value(it.key(), nlohmann::json()) != it.value())
+      out += (out.empty() ? "" : "; ") + it.key() + " " + text(it.value()) + " in the checkpoint, " +
+             text(b.value(it.key(), nlohmann::json())) + " now";
+  return out;
 }
 
 void draw_loss_curve(const std::string& run_dir) {
@@ -209,9 +218,9 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
     }
   }
   if (!checkpoint) fail(run + ": --resume given but no readable checkpoint in " + run + "/checkpoints");
-  if (!same_model(checkpoint->config().model, config_.model))
-    fail(checkpoint->contents().config.preset + ": the checkpoint's model config differs from --config; resume "
-         "with the same model settings");
+  if (const std::string differ = model_differences(checkpoint->config().model, config_.model); !differ.empty())
+    fail(checkpoint->path() + ": the checkpoint's model settings differ from --config's (" + differ +
+         "); resume with the checkpoint's");
   return checkpoint;
 }
 
