@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <regex>
 
 #include "core/error.h"
 #include "core/file_io.h"
 #include "corpus/clean.h"
+#include "test_support.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/trainer_log.h"
 
@@ -118,6 +120,23 @@ TEST_F(TokenizerTest, TooLargeVocabularyIsLoweredOrRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("too small for 20000 pieces"), std::string::npos) << e.what();
   }
+}
+
+// Below what the corpus's characters need, the error names the least size
+// that trains, and that size does train.
+TEST_F(TokenizerTest, TooSmallVocabularyNamesTheLeastThatTrains) {
+  VectorSentenceSource source(japanese_sentences());
+  TokenizerTrainOptions options;
+  options.vocab_size = 100;
+  options.control_codes = {"Wikipedia"};
+  const std::string path = (dir_ / "tiny.model").string();
+  const std::string message = test_support::error_of([&] { train_tokenizer(source, options, path); });
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(message, m, std::regex("pass --vocab-size ([0-9]+) or more"))) << message;
+  options.vocab_size = uint32_t(std::stoul(m[1]));
+  EXPECT_EQ(train_tokenizer(source, options, path), options.vocab_size) << message;
+  --options.vocab_size;
+  EXPECT_THROW(train_tokenizer(source, options, path), Error);
 }
 
 TEST_F(TokenizerTest, BadModelAndIdsGiveOneLineErrors) {

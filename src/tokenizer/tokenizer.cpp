@@ -174,8 +174,9 @@ uint32_t train_tokenizer(SentenceSource& sentences, const TokenizerTrainOptions&
     // "Vocabulary size is smaller than required_chars. V vs N.": the pieces must
     // at least hold every required character, the specials and the control codes.
     if (std::regex_search(message, m, std::regex("smaller than required_chars\\. [0-9]+ vs ([0-9]+)")))
-      fail("tokenizer: --vocab-size " + std::to_string(vocab) + " is too small for this corpus: its characters alone need " +
-           m[1].str() + " pieces plus 256 byte pieces (pass a larger --vocab-size)");
+      fail("tokenizer: --vocab-size " + std::to_string(vocab) + " is too small for this corpus: SentencePiece needs " +
+           m[1].str() + " pieces for its characters with the special and byte pieces (pass --vocab-size " + m[1].str() +
+           " or more)");
     fail("tokenizer: SentencePiece training failed: " + message);
   }
 }
