@@ -185,7 +185,20 @@ TEST_F(PrepareTest, BadInputGivesOneLineErrorsAndLeavesNothing) {
   prepare_corpus({inputs()[1]}, options("novel_only"));
   PrepareOptions wrong = options("e5");
   wrong.tokenizer = (dir_ / "novel_only" / "tokenizer.model").string();
-  expect_error(inputs(), wrong, "control code 'Wikipedia' is not a single token");
+  // A given tokenizer is checked before any source is read, and named as given.
+  bool read = false;
+  std::vector<PrepareInput> watched = inputs();
+  for (auto& in : watched)
+    in.read = [&read, inner = in.read](const DocumentSink& sink) {
+      read = true;
+      return inner(sink);
+    };
+  expect_error(watched, wrong, wrong.tokenizer + ": control code 'Wikipedia' is not a single token");
+  PrepareOptions junk = options("e6");
+  junk.tokenizer = (dir_ / "junk.model").string();
+  std::ofstream(junk.tokenizer) << "not a model";
+  expect_error(watched, junk, junk.tokenizer + ": not a SentencePiece model");
+  EXPECT_FALSE(read);
   // An existing directory that is not ours is never replaced.
   fs::create_directories(dir_ / "precious");
   std::ofstream(dir_ / "precious" / "keep.txt") << "x";

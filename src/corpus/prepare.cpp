@@ -73,6 +73,13 @@ class SpoolReader {
   std::FILE* file_;
 };
 
+// A control code must be one piece of the tokenizer, or it cannot open a sequence as one token.
+void check_single_token(const Tokenizer& tokenizer, const std::string& code, const std::string& where) {
+  const int32_t id = tokenizer.piece_to_id(code);
+  if (id < 0 || tokenizer.encode_clean(code) != std::vector<int32_t>{id})
+    fail(where + ": control code '" + code + "' is not a single token of this tokenizer (train one with it)");
+}
+
 // Train documents' lines, for the tokenizer trainer.
 class SpoolSentences : public SentenceSource {
  public:
@@ -270,11 +277,7 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
   }
   const Tokenizer tokenizer = Tokenizer::load(model_path);
   const std::string where = options.tokenizer.empty() ? std::string("trained tokenizer") : options.tokenizer;
-  for (const auto& spool : spools) {
-    const int32_t id = tokenizer.piece_to_id(spool.name);
-    if (id < 0 || tokenizer.encode_clean(spool.name) != std::vector<int32_t>{id})
-      fail(where + ": control code '" + spool.name + "' is not a single token of this tokenizer (train one with it)");
-  }
+  for (const auto& spool : spools) check_single_token(tokenizer, spool.name, where);
 
   // 4. Encode each code's documents in parallel batches and write the shards.
   uint64_t total_bytes = 0;
@@ -362,8 +365,11 @@ PrepareSummary prepare_corpus(const std::vector<PrepareInput>& inputs, const Pre
   if (!(options.valid_fraction >= 0 && options.valid_fraction < 1))
     fail("prepare: --valid-fraction " + std::to_string(options.valid_fraction) + ": expected 0 <= f < 1");
   if (options.shard_tokens == 0) fail("prepare: shard size must be positive");
-  if (!options.tokenizer.empty() && !file_exists(options.tokenizer))
-    fail(options.tokenizer + ": no such tokenizer model (--tokenizer)");
+  if (!options.tokenizer.empty()) {  // checked before hours of reading: loads, and each code is one token
+    if (!file_exists(options.tokenizer)) fail(options.tokenizer + ": no such tokenizer model (--tokenizer)");
+    const Tokenizer given = Tokenizer::load(options.tokenizer);
+    for (const auto& input : inputs) check_single_token(given, input.control_code, options.tokenizer);
+  }
   std::string out = options.out_dir;
   while (out.size() > 1 && out.back() == '/') out.pop_back();
   // What killed prepares left next to out: their "<out>.tmp-<pid>" (with its
