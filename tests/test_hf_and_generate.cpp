@@ -77,6 +77,12 @@ TEST(HuggingFace, RejectsWhatItCannotRead) {
   const std::string message = test_support::error_of([&] { import_hf(kFixtures + "hf_tiny", kept, {}, ""); });
   EXPECT_NE(message.find(kept + ": exists; choose another --out"), std::string::npos) << message;
   EXPECT_EQ(read_file(kept), "keep");
+  // A bad --tokenizer is named as given, and nothing is written.
+  const std::string junk = temp_path("junk.model"), out = temp_path("y.ckpt");
+  write_file_atomically(junk, "not a model");
+  const std::string bad = test_support::error_of([&] { import_hf(kFixtures + "hf_tiny", out, {}, junk); });
+  EXPECT_EQ(bad.rfind("ctrl import hf --tokenizer " + junk, 0), 0u) << bad;
+  EXPECT_FALSE(file_exists(out));
 }
 
 TEST(Generator, KeyValueCachePathEqualsTheFullForwardPass) {

@@ -145,7 +145,10 @@ void import_hf(const std::string& dir, const std::string& checkpoint_path, const
   if (codes.empty() && hf.contains("control_codes") && hf["control_codes"].is_object())
     for (auto it = hf["control_codes"].begin(); it != hf["control_codes"].end(); ++it)
       contents.codes.push_back({it.key(), it.value().get<int32_t>()});
-  if (!tokenizer_path.empty()) contents.tokenizer = read_file(tokenizer_path);
+  if (!tokenizer_path.empty()) {  // named as given, before anything is written
+    contents.tokenizer = read_file(tokenizer_path);
+    check_tokenizer(contents, "ctrl import hf --tokenizer " + tokenizer_path);
+  }
   // One tensor at a time from the Hugging Face file into the checkpoint.
   save_checkpoint(checkpoint_path, contents, layout,
                   [&file](const ParamTensor& t, const OptimizerState::Emit& emit) {

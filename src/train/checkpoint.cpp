@@ -71,7 +71,8 @@ void check_codes(const std::vector<CodeInfo>& codes, int64_t vocab_size, const s
              "' share a name or token id; expected one token per code");
   }
 }
-// The codes are the tokenizer's pieces of those names, and the tokenizer fits the model.
+}  // namespace
+
 void check_tokenizer(const CheckpointContents& c, const std::string& path) {
   const Tokenizer tokenizer = Tokenizer::from_bytes(c.tokenizer, path + " (tokenizer.model)");
   if (int64_t(tokenizer.vocab_size()) > c.config.model.vocab_size)
@@ -82,7 +83,6 @@ void check_tokenizer(const CheckpointContents& c, const std::string& path) {
       fail(path + ": control code '" + code.name + "' token_id " + std::to_string(code.token_id) +
            " but the tokenizer gives " + std::to_string(tokenizer.piece_to_id(code.name)) + " (-1: no such piece)");
 }
-}  // namespace
 
 // Downloads elements [begin, begin + count) of a backend buffer through host
 // staging of at most 4M floats and emits them.

@@ -113,6 +113,10 @@ class Dataset;
 // name has the same token id. ctrl::Error naming `where` and the field otherwise.
 void check_corpus_matches(const CheckpointContents& checkpoint, const Dataset& data, const std::string& where);
 
+// The codes are the tokenizer's pieces of those names, and the tokenizer fits
+// the model; ctrl::Error starting with `path` (the file that carries it) otherwise.
+void check_tokenizer(const CheckpointContents& c, const std::string& path);
+
 // Checkpoint files in a run directory's checkpoints/, oldest first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
 // The checkpoint a --model names: the file itself, or a run directory's
