@@ -22,11 +22,11 @@ struct Collected {
   ctrl::ReadStats stats;
 };
 
-Collected read_path(const std::string& path, int threads) {
+Collected read_path(const std::string& path, int threads, size_t warnings_printed = 0) {
   Collected c;
   ctrl::ReaderOptions options;
   options.threads = threads;
-  options.max_warnings_printed = 0;
+  options.max_warnings_printed = warnings_printed;
   c.stats = ctrl::read_source({"Wikipedia", path}, options, [&](ctrl::Document&& d) { c.docs.push_back(std::move(d)); });
   return c;
 }
@@ -128,6 +128,24 @@ TEST(CorpusWikipedia, MultistreamTruncatedAndCutOffXml) {
   EXPECT_GT(truncated.stats.documents, 20u);
   EXPECT_LT(truncated.stats.documents, whole.stats.documents);
   EXPECT_GE(truncated.stats.warnings, 2u);  // bz2 truncated + XML cut off
+
+  // Damage inside a block: the warning's offset is in the text (as the XML
+  // reader's is), and it names the compressed byte near which the block ends.
+  std::string damaged = compressed;
+  damaged.replace(500000, 8, std::string(8, '\xff'));
+  ctrl::write_file_atomically(dir + "/damaged.xml.bz2", damaged);
+  ::testing::internal::CaptureStderr();
+  const Collected kept = read_path(dir + "/damaged.xml.bz2", 2, 5);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_GT(kept.stats.documents, 20u);
+  EXPECT_LT(kept.stats.documents, whole.stats.documents);
+  const size_t at = said.find("damaged.xml.bz2:");
+  ASSERT_NE(at, std::string::npos) << said;
+  const uint64_t text_offset = std::stoull(said.substr(at + 16));
+  EXPECT_GT(text_offset, 500000u) << said;  // the text is about 3.5 times the compressed bytes
+  EXPECT_NE(said.find("corrupt bz2 data (error -4) in the block ending near compressed byte 5"), std::string::npos)
+      << said;
+  EXPECT_NE(said.find(" of " + std::to_string(compressed.size()) + "; keeping"), std::string::npos) << said;
 
   // XML cut in the middle of a page's text: the complete pages are kept, the partial one is counted.
   const size_t mid = xml.find("</text>", xml.size() / 3);

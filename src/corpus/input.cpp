@@ -76,7 +76,6 @@ class MemoryStream : public ByteStream {
     std::memset(&bz_, 0, sizeof bz_);
     if (BZ2_bzDecompressInit(&bz_, 0, 0) != BZ_OK) fail(name_ + ": cannot initialise bz2 decompression");
     bz2_open_ = true;
-    stream_start_ = raw_pos_;
     bz_.next_in = const_cast<char*>(bytes_.data() + raw_pos_);
     bz_.avail_in = static_cast<unsigned>(std::min<size_t>(bytes_.size() - raw_pos_, 1u << 30));
   }
@@ -104,13 +103,16 @@ class MemoryStream : public ByteStream {
           start_bz2_stream();
         } else {
           if (!rest.empty() && rest.find_first_not_of(std::string_view("\0", 1)) != std::string_view::npos)
-            warnings_.warn(name_, raw_pos_, "ignoring " + std::to_string(rest.size()) + " bytes after the last bz2 stream");
+            warnings_.warn(
+                name_, offset_ + produced,
+                "ignoring " + std::to_string(rest.size()) + " bytes after the last bz2 stream, from " + at_raw());
           raw_pos_ = bytes_.size();
           done_ = true;
         }
       } else if (rc != BZ_OK) {
-        warnings_.warn(name_, stream_start_, "corrupt bz2 stream (error " + std::to_string(rc) +
-                                                 "); keeping what was decompressed before it");
+        warnings_.warn(name_, offset_ + produced,
+                       "corrupt bz2 data (error " + std::to_string(rc) + ") in the block ending near " + at_raw() +
+                           "; keeping what was decompressed before that block");
         done_ = true;
       } else if (produced == 0 && bz_.avail_in == 0) {
         if (raw_pos_ < bytes_.size()) {  // more than 1 GiB handed in at a time: hand in the next part
@@ -118,11 +120,17 @@ class MemoryStream : public ByteStream {
           bz_.avail_in = static_cast<unsigned>(std::min<size_t>(bytes_.size() - raw_pos_, 1u << 30));
           continue;
         }
-        warnings_.warn(name_, raw_pos_, "bz2 stream truncated (no end-of-stream marker); keeping what was read");
+        warnings_.warn(name_, offset_ + produced,
+                       "bz2 stream truncated at " + at_raw() + " (no end-of-stream marker); keeping what was read");
         done_ = true;
       }
     }
     return produced;
+  }
+
+  // Warnings give the offset in the decompressed text, as the readers' do; this adds the file's own.
+  std::string at_raw() const {
+    return "compressed byte " + std::to_string(raw_pos_) + " of " + std::to_string(bytes_.size());
   }
 
   MappedFile mapping_;
@@ -131,7 +139,7 @@ class MemoryStream : public ByteStream {
   Warnings& warnings_;
   bool bz2_ = false, bz2_open_ = false, done_ = false;
   bz_stream bz_{};
-  uint64_t raw_pos_ = 0, stream_start_ = 0, offset_ = 0;
+  uint64_t raw_pos_ = 0, offset_ = 0;
 };
 
 }  // namespace
