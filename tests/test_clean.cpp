@@ -74,3 +74,17 @@ TEST(Clean, SplitIsDeterministicSeededAndNearTheFraction) {
 
 }  // namespace
 }  // namespace ctrl
+
+// Table cells: cut at whole characters by terminal columns (wide kana and
+// kanji take two), padded to the width; never half a UTF-8 character.
+TEST(Clean, FitColumnsCutsWholeCharactersByDisplayWidth) {
+  EXPECT_EQ(ctrl::display_columns("Wikipedia"), 9);
+  EXPECT_EQ(ctrl::display_columns("青空文庫"), 8);
+  EXPECT_EQ(ctrl::display_columns("ｶﾀｶﾅ"), 4);       // halfwidth kana: one column each
+  EXPECT_EQ(ctrl::display_columns("e\xcc\x81"), 1);  // e + combining acute
+  EXPECT_EQ(ctrl::fit_columns("青空文庫", 10), "青空文庫  ");
+  EXPECT_EQ(ctrl::fit_columns("青空文庫", 7), "青空文 ");  // the fourth would need columns 7 and 8
+  EXPECT_EQ(ctrl::fit_columns("青空文庫", 7, true), " 青空文");
+  EXPECT_EQ(ctrl::fit_columns("Wikipedia", 4), "Wiki");
+  EXPECT_EQ(ctrl::fit_columns("", 3), "   ");
+}

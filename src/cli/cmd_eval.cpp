@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "core/clean_text.h"
 #include "core/file_io.h"
 #include "eval/control.h"
 #include "tokenizer/tokenizer.h"
@@ -45,12 +46,12 @@ std::string default_out_dir(const std::string& checkpoint) {
 
 void print_confusion(const ControlAccuracy& a, const std::vector<std::vector<int64_t>>& m, const char* rows) {
   std::printf("%-16s", rows);
-  for (const auto& c : a.codes) std::printf(" %10.10s", c.c_str());
+  for (const auto& c : a.codes) std::printf(" %s", fit_columns(c, 10, true).c_str());
   std::printf(" %9s\n", "correct");
   for (size_t r = 0; r < a.codes.size(); ++r) {
     int64_t total = 0;
     for (int64_t v : m[r]) total += v;
-    std::printf("%-16.16s", a.codes[r].c_str());
+    std::printf("%s", fit_columns(a.codes[r], 16).c_str());
     for (int64_t v : m[r]) std::printf(" %10lld", static_cast<long long>(v));
     if (total) std::printf(" %8.1f%%\n", 100.0 * double(m[r][r]) / double(total));
     else std::printf(" %9s\n", "-");
@@ -61,10 +62,10 @@ void print_matrix(const CodeMatrix& m, bool perplexity) {
   std::printf("%s by control code given (rows: the held-out text's code; * its own code)\n",
               perplexity ? "perplexity" : "loss (nats/token)");
   std::printf("%-16s", "");
-  for (const auto& c : m.columns) std::printf(" %12.12s", c.c_str());
+  for (const auto& c : m.columns) std::printf(" %s", fit_columns(c, 12, true).c_str());
   std::printf(perplexity ? "\n" : " %12s\n", "control gain");
   for (size_t r = 0; r < m.rows.size(); ++r) {
-    std::printf("%-16.16s", m.rows[r].c_str());
+    std::printf("%s", fit_columns(m.rows[r], 16).c_str());
     for (size_t c = 0; c < m.columns.size(); ++c) {
       const double v = perplexity ? std::exp(m.loss[r][c]) : m.loss[r][c];
       std::printf(perplexity ? " %11.2f%c" : " %11.4f%c", v, c == m.row_column[r] ? '*' : ' ');
@@ -177,7 +178,7 @@ int run(const std::vector<std::string>& argv) {
   } else {
     std::printf("%-20s %10s %12s %10s\n", "control code", "loss", "perplexity", "tokens");
     for (const auto& r : results)
-      std::printf("%-20s %10.4f %12.2f %10lld\n", r.code.c_str(), r.loss, r.perplexity(),
+      std::printf("%s %10.4f %12.2f %10lld\n", fit_columns(r.code, 20).c_str(), r.loss, r.perplexity(),
                   static_cast<long long>(r.tokens));
   }
   return 0;

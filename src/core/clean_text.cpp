@@ -98,4 +98,44 @@ uint64_t count_chars(std::string_view utf8) {
   return n;
 }
 
+namespace {
+int code_point_columns(UChar32 c) {
+  if (c < 0) return 1;  // an invalid byte, shown as one replacement character
+  const int8_t type = u_charType(c);
+  if (type == U_NON_SPACING_MARK || type == U_ENCLOSING_MARK) return 0;
+  const int eaw = u_getIntPropertyValue(c, UCHAR_EAST_ASIAN_WIDTH);
+  return eaw == U_EA_WIDE || eaw == U_EA_FULLWIDTH ? 2 : 1;
+}
+}  // namespace
+
+int display_columns(std::string_view text) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const int32_t n = int32_t(text.size());
+  int columns = 0;
+  for (int32_t i = 0; i < n;) {
+    UChar32 c;
+    U8_NEXT(s, i, n, c);
+    columns += code_point_columns(c);
+  }
+  return columns;
+}
+
+std::string fit_columns(std::string_view text, int columns, bool right_align) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const int32_t n = int32_t(text.size());
+  int32_t i = 0, kept = 0;
+  int used = 0;
+  while (i < n) {
+    UChar32 c;
+    U8_NEXT(s, i, n, c);
+    const int width = code_point_columns(c);
+    if (used + width > columns) break;
+    used += width;
+    kept = i;
+  }
+  const std::string pad(size_t(columns - used), ' ');
+  const std::string cut(text.substr(0, size_t(kept)));
+  return right_align ? pad + cut : cut + pad;
+}
+
 }  // namespace ctrl

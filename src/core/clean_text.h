@@ -23,4 +23,14 @@ std::string clean_text(std::string_view text);
 // Number of Unicode code points in valid UTF-8 (continuation bytes not counted).
 uint64_t count_chars(std::string_view utf8);
 
+// Terminal columns of `text`: East Asian wide and fullwidth characters take
+// two, combining marks none, everything else one.
+int display_columns(std::string_view text);
+
+// `text` cut to whole characters that fill at most `columns` terminal columns
+// (East Asian wide and fullwidth characters take two, combining marks none),
+// then padded with spaces to exactly `columns`: on the left when `right_align`.
+// For tables: printf's %10.10s counts bytes and cuts UTF-8 inside a character.
+std::string fit_columns(std::string_view text, int columns, bool right_align = false);
+
 }  // namespace ctrl

@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "core/clean_text.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/progress.h"
@@ -410,11 +411,14 @@ std::string format_summary(const PrepareSummary& summary) {
   }
   std::snprintf(line, sizeof line, "codes (vocabulary %u):\n", summary.vocab_size);
   out += line;
+  int name_columns = 12;
+  for (const auto& c : summary.codes) name_columns = std::max(name_columns, display_columns(c.name));
   for (const auto& c : summary.codes) {
     std::snprintf(line, sizeof line,
-                  "  %-12s id %-5d train %" PRIu64 " documents, %" PRIu64 " tokens; valid %" PRIu64 " documents, %" PRIu64
+                  "  %s id %-5d train %" PRIu64 " documents, %" PRIu64 " tokens; valid %" PRIu64 " documents, %" PRIu64
                   " tokens\n",
-                  c.name.c_str(), c.token_id, c.documents_train, c.tokens_train, c.documents_valid, c.tokens_valid);
+                  fit_columns(c.name, name_columns).c_str(), c.token_id, c.documents_train, c.tokens_train,
+                  c.documents_valid, c.tokens_valid);
     out += line;
   }
   std::snprintf(line, sizeof line, "prepared in %s\n", Progress::format_duration(summary.seconds).c_str());
