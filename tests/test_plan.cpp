@@ -432,6 +432,23 @@ TEST(Plan, CpuMemoryIsCountedAtTheMostThreadsTheRunMayUse) {
   EXPECT_EQ(plan::plan_text(pinned).find("runtime of threads"), std::string::npos);
 }
 
+// A micro-batch that does not divide the global batch: the plan runs the
+// next multiple and says how to train it (ctrl train refuses the config).
+TEST(Plan, AMicroBatchThatDoesNotDivideTheBatchSaysHowToTrainIt) {
+  Config c = config_of("tiny", {"train.global_batch=16"});
+  plan::Request r = cpu_request(c, 24);
+  r.micro_batch = 3;
+  const plan::Plan p = plan::make_plan(r);
+  EXPECT_EQ(p.global_batch, 18);
+  EXPECT_TRUE(std::any_of(p.notes.begin(), p.notes.end(), [](const std::string& n) {
+    return n.find("ctrl train needs --set train.global_batch=18 to run them (it refuses 16)") != std::string::npos;
+  })) << plan::plan_text(p);
+  Config fixed = c;
+  apply_override(fixed, "train.global_batch=18");
+  apply_override(fixed, "train.micro_batch=3");
+  EXPECT_NO_THROW(validate(fixed));
+}
+
 // A CPU rank of a job of 2 or more carries Open MPI's own memory
 // (kMpiRankBytes, measured by MpiTrainerMemory.ZeroOneLowersRankZerosPeak);
 // the plan, the trainer's memory check and the readable plan all count it.

@@ -623,8 +623,10 @@ Plan make_plan(const Request& r) {
   p.accumulation_steps = (per_rank + mb - 1) / mb;
   p.global_batch = p.accumulation_steps * mb * p.ranks;
   if (p.global_batch != c.train.global_batch)
-    p.notes.push_back("runs a global batch of " + std::to_string(p.global_batch) + " sequences instead of " +
-                      std::to_string(c.train.global_batch));
+    p.notes.push_back("train.global_batch " + std::to_string(c.train.global_batch) +
+                      " is not a multiple of micro-batch x ranks; this plans " + std::to_string(p.global_batch) +
+                      " sequences, and ctrl train needs --set train.global_batch=" + std::to_string(p.global_batch) +
+                      " to run them (it refuses " + std::to_string(c.train.global_batch) + ")");
 
   // Time: compute at peak × MFU on every rank; a ring all-reduce of the fp32
   // gradients once per optimizer step, limited by its slowest link.
