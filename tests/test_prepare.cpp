@@ -198,6 +198,12 @@ TEST_F(PrepareTest, BadInputGivesOneLineErrorsAndLeavesNothing) {
   junk.tokenizer = (dir_ / "junk.model").string();
   std::ofstream(junk.tokenizer) << "not a model";
   expect_error(watched, junk, junk.tokenizer + ": not a SentencePiece model");
+  // A code named as one of SentencePiece's own pieces: refused by name, and as a piece of a given tokenizer.
+  for (const char* name : {"</s>", "<0x41>"}) {
+    std::vector<PrepareInput> special = watched;
+    special[0].control_code = name;
+    expect_error(special, options("e7"), std::string("control code '") + name + "' is one of SentencePiece's special");
+  }
   EXPECT_FALSE(read);
   // An existing directory that is not ours is never replaced.
   fs::create_directories(dir_ / "precious");

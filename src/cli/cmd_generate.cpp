@@ -61,7 +61,10 @@ int run(const std::vector<std::string>& argv) {
     if (c.name == control) control_id = c.token_id;
     known += (known.empty() ? "" : ", ") + c.name;
   }
-  if (control_id < 0) fail("ctrl generate: unknown control code '" + control + "' (this model knows: " + known + ")");
+  if (control_id < 0)
+    fail("ctrl generate: unknown control code '" + control + "' (" +
+         (known.empty() ? "this model has none: import it with --control NAME=ID" : "this model knows: " + known) +
+         ")");
   CounterRng rng{seed, 0x6E6, 0};
 
   auto tokenizer = checkpoint_tokenizer(contents, model_path);

@@ -21,7 +21,7 @@ const char* kUsage =
     "(and may start with preset = \"small\"). --data DIR is a corpus from `ctrl prepare` (same as\n"
     "--set train.data=DIR); without it the model trains on synthetic random tokens.\n"
     "RUN_DIR receives config.json, metrics.jsonl (one JSON line per logged step), loss.svg and\n"
-    "checkpoints/step-N.ckpt (the last train.keep_checkpoints are kept). --resume continues from the\n"
+    "checkpoints/step-NNNNNNNN.ckpt (the last train.keep_checkpoints are kept). --resume continues from the\n"
     "newest checkpoint and reproduces the uninterrupted run's losses exactly (same thread count); it\n"
     "keeps the run's corpus and teacher (from RUN_DIR/config.json) when --data and --teacher are left out.\n"
     "SIGINT (Ctrl-C), SIGTERM or SIGHUP stops training after the current step with a checkpoint and exit\n"

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
@@ -77,6 +78,10 @@ class SpoolReader {
 // A control code must be one piece of the tokenizer, or it cannot open a sequence as one token.
 void check_single_token(const Tokenizer& tokenizer, const std::string& code, const std::string& where) {
   const int32_t id = tokenizer.piece_to_id(code);
+  if (id >= 0 && tokenizer.is_special(id))
+    fail(where + ": control code '" + code +
+         "' is a special piece of this tokenizer (control, unknown or byte); "
+         "choose another name");
   if (id < 0 || tokenizer.encode_clean(code) != std::vector<int32_t>{id})
     fail(where + ": control code '" + code + "' is not a single token of this tokenizer (train one with it)");
 }
@@ -366,6 +371,16 @@ PrepareSummary prepare_corpus(const std::vector<PrepareInput>& inputs, const Pre
   if (!(options.valid_fraction >= 0 && options.valid_fraction < 1))
     fail("prepare: --valid-fraction " + std::to_string(options.valid_fraction) + ": expected 0 <= f < 1");
   if (options.shard_tokens == 0) fail("prepare: shard size must be positive");
+  for (const auto& input : inputs) {  // the names SentencePiece keeps for itself
+    const std::string& code = input.control_code;
+    const bool byte_piece = code.size() == 6 && code.rfind("<0x", 0) == 0 && code.back() == '>' &&
+                            std::isxdigit(static_cast<unsigned char>(code[3])) &&
+                            std::isxdigit(static_cast<unsigned char>(code[4]));
+    if (code == "<s>" || code == "</s>" || code == "<unk>" || code == "<pad>" || byte_piece)
+      fail("prepare: control code '" + code +
+           "' is one of SentencePiece's special pieces (<s>, </s>, <unk>, <pad>, "
+           "<0xNN>); choose another name");
+  }
   if (!options.tokenizer.empty()) {  // checked before hours of reading: loads, and each code is one token
     if (!file_exists(options.tokenizer)) fail(options.tokenizer + ": no such tokenizer model (--tokenizer)");
     const Tokenizer given = Tokenizer::load(options.tokenizer);

@@ -252,6 +252,9 @@ std::string Tokenizer::id_to_piece(int32_t id) const {
 }
 
 int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
+bool Tokenizer::is_special(int32_t id) const {
+  return sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsByte(id) || sp_->IsUnused(id);
+}
 uint32_t Tokenizer::vocab_size() const { return uint32_t(sp_->GetPieceSize()); }
 
 }  // namespace ctrl

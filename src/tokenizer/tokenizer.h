@@ -108,6 +108,8 @@ class Tokenizer {
   int32_t piece_to_id(std::string_view piece) const;  // -1 if the piece is not in the vocabulary
   std::string id_to_piece(int32_t id) const;           // throws ctrl::Error if out of range
   int32_t eos_id() const;
+  // Whether id is a piece that text never becomes: control (<s>, </s>), unknown, byte or unused.
+  bool is_special(int32_t id) const;
   uint32_t vocab_size() const;
   const std::string& path() const { return path_; }
 

@@ -471,7 +471,8 @@ void Trainer::evaluate() {
   for (const auto& r : results) {
     j["eval"][r.code] = {{"loss", r.loss}, {"perplexity", r.perplexity()}, {"tokens", r.tokens}};
     char buf[128];
-    std::snprintf(buf, sizeof buf, " %s loss %.4f ppl %.1f |", r.code.c_str(), r.loss, r.perplexity());
+    std::snprintf(buf, sizeof buf, "%s %s loss %.4f ppl %.1f", &r == &results.front() ? "" : " |", r.code.c_str(),
+                  r.loss, r.perplexity());
     line += buf;
   }
   run_dir_->append_metrics(j.dump());
