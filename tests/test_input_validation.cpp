@@ -401,6 +401,8 @@ TEST(BadInputConfig, TomlTypesMustBeTheFields) {
   EXPECT_ERROR(load_config(dir + "/real.toml"), "model.n_layer: expected an integer");
   std::ofstream(dir + "/name.toml") << "[train]\noptimizer = 3\n";
   EXPECT_ERROR(load_config(dir + "/name.toml"), "train.optimizer: expected a string");
+  std::ofstream(dir + "/preset.toml") << "# a comment\npreset = \"huge\"\n";
+  EXPECT_ERROR(load_config(dir + "/preset.toml"), "preset.toml:2: preset: unknown preset 'huge'");
   std::ofstream(dir + "/good.toml") << "[train]\nlr = 1\nbeta1 = 0.8\n";
   EXPECT_EQ(load_config(dir + "/good.toml").train.lr, 1.0);
   EXPECT_ERROR(load_config(dir), "not a regular file");  // a directory as --config

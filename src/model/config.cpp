@@ -185,7 +185,14 @@ Config load_config(const std::string& source) {
   }
   // A file may start from a preset ("preset = 'small'") and change fields.
   Config c = preset("tiny");
-  if (auto p = tbl["preset"].value<std::string>()) c = preset(*p);
+  if (auto p = tbl["preset"].value<std::string>()) {
+    try {
+      c = preset(*p);
+    } catch (const Error& e) {
+      const auto line = tbl["preset"].node()->source().begin.line;
+      fail(source + ":" + std::to_string(line) + ": preset: " + e.what());
+    }
+  }
   for (const auto& [section_key, section] : tbl) {
     const std::string section_name(section_key.str());
     if (section_name == "preset") continue;
