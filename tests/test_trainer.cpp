@@ -121,6 +121,16 @@ TEST(Trainer, ResumeKeepsTheRunsCorpus) {
   EXPECT_NE(on_corpus.find("was trained on synthetic tokens, not a corpus"), std::string::npos) << on_corpus;
 }
 
+// A corpus that does not open stops the run before its directory is made.
+TEST(Trainer, AWrongCorpusLeavesNoRunDirectory) {
+  Config c = small_config(2);
+  c.train.data = fresh_dir("no_such_corpus");
+  const std::string run = fresh_dir("wrong_corpus_run");
+  const std::string message = test_support::error_of([&] { Trainer(c, TrainerOptions{run, false, true}); });
+  EXPECT_NE(message.find("no manifest"), std::string::npos) << message;
+  EXPECT_FALSE(std::filesystem::exists(run));
+}
+
 TEST(Batches, SequencesStartWithTheControlCodeAndTargetsShiftByOne) {
   const std::string dir = fresh_dir("batches");
   std::vector<uint32_t> a, b;

@@ -168,6 +168,14 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   comm_->check_identical("the ctrl build", std::string(CTRL_VERSION) + " " + __DATE__ + " " + __TIME__);
   // CTRL_DEVICE is not in the configuration: every rank must have made the same backend.
   comm_->check_identical("the backend", ops_->name());
+  // The corpus opens before the run directory is made: a wrong --data leaves nothing behind.
+  if (!t.data.empty()) {
+    dataset_ = std::make_shared<Dataset>(Dataset::open(t.data));
+    if (dataset_->manifest().vocab_size > uint32_t(config_.model.vocab_size))
+      fail(t.data + ": corpus vocabulary " + std::to_string(dataset_->manifest().vocab_size) +
+           " is larger than model.vocab_size " + std::to_string(config_.model.vocab_size) +
+           " (set --set model.vocab_size=" + std::to_string(dataset_->manifest().vocab_size) + ")");
+  }
   if (writer()) run_dir_ = std::make_unique<RunDir>(options_.run_dir);  // the lock, and what killed runs left
   const std::unique_ptr<Checkpoint> checkpoint = checkpoint_to_resume();
   open_data(checkpoint.get());
@@ -224,8 +232,8 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
   return checkpoint;
 }
 
-// The corpus (or synthetic tokens without train.data) and what checkpoints
-// record of it: control codes, tokenizer, config.
+// The batches of the corpus opened at start (or synthetic tokens without
+// train.data) and what checkpoints record of it: control codes, tokenizer, config.
 void Trainer::open_data(const Checkpoint* checkpoint) {
   const ModelConfig& m = config_.model;
   if (checkpoint) {  // a corpus run goes on with a corpus, a synthetic one without
@@ -237,12 +245,7 @@ void Trainer::open_data(const Checkpoint* checkpoint) {
       fail("ctrl train --resume: " + checkpoint->path() + " was trained on synthetic tokens, not a corpus; train on " +
            config_.train.data + " in a new --out");
   }
-  if (!config_.train.data.empty()) {
-    dataset_ = std::make_shared<Dataset>(Dataset::open(config_.train.data));
-    if (dataset_->manifest().vocab_size > uint32_t(m.vocab_size))
-      fail(config_.train.data + ": corpus vocabulary " + std::to_string(dataset_->manifest().vocab_size) +
-           " is larger than model.vocab_size " + std::to_string(m.vocab_size) +
-           " (set --set model.vocab_size=" + std::to_string(dataset_->manifest().vocab_size) + ")");
+  if (dataset_) {
     if (checkpoint) check_corpus_matches(checkpoint->contents(), *dataset_, "ctrl train --resume");
     batches_ = std::make_unique<Batches>(Batches::from_dataset(dataset_, m.n_ctx, config_.train.seed));
     if (!dataset_->tokenizer_path().empty()) contents_.tokenizer = read_file(dataset_->tokenizer_path());
