@@ -102,8 +102,8 @@ void inherit_run_settings(const std::string& run_dir, Config& config, Communicat
       try {
         start = config_from_json(read_file(path), path);
       } catch (const Error& e) {
-        std::fprintf(stderr, "warning: --resume cannot read %s (%s): nothing is carried over from it\n", path.c_str(),
-                     e.what());
+        std::fprintf(stderr, "ctrl: warning: --resume cannot read %s (%s): nothing is carried over from it\n",
+                     path.c_str(), e.what());
       }
     }
     nlohmann::json j = nlohmann::json::object();
@@ -222,7 +222,7 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
     } catch (const CheckpointTooNew&) {
       throw;  // never train over (and then prune) a newer ctrl's run
     } catch (const Error& e) {
-      std::fprintf(stderr, "warning: skipping %s\n", e.what());
+      std::fprintf(stderr, "ctrl: warning: skipping %s\n", e.what());
     }
   }
   if (!checkpoint) fail(run + ": --resume given but no readable checkpoint in " + run + "/checkpoints");
@@ -535,7 +535,7 @@ void Trainer::print_start() {
     }
     if (!times.measured) std::fprintf(stderr, "note: %s\n", plan::bf16_step_times_text(times).c_str());
     const std::string advice = plan::bf16_slower_advice(times, ops_->bf16_path());
-    if (!advice.empty()) std::fprintf(stderr, "warning: %s\n", advice.c_str());
+    if (!advice.empty()) std::fprintf(stderr, "ctrl: warning: %s\n", advice.c_str());
   }
 }
 
