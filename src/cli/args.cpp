@@ -91,4 +91,13 @@ double Args::get_double(const std::string& name, double fallback, double lo, dou
   return x;
 }
 
+int run_tool(int argc, char** argv, int (*run)(int, char**)) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
+
 }  // namespace ctrl::cli

@@ -47,4 +47,8 @@ class Args {
   std::vector<std::string> positional_;
 };
 
+// A bench program's main(): run(argc, argv), with an exception's message as
+// one line on stderr and exit status 1.
+int run_tool(int argc, char** argv, int (*run)(int, char**));
+
 }  // namespace ctrl::cli
