@@ -177,6 +177,11 @@ TEST(MixedPrecision, ResumeUnderAutoKeepsTheRecordedBf16Path) {
     EXPECT_TRUE(recorded.find("\"train.cpu_bf16\": \"native\"") != std::string::npos ||
                 recorded.find("\"train.cpu_bf16\": \"widened\"") != std::string::npos)
         << recorded;
+  // The checkpoint records the same path as config.json (it said "auto", so a resume measured again).
+  const std::vector<std::string> saved = list_checkpoints(probe_dir);
+  ASSERT_FALSE(saved.empty());
+  const std::string in_checkpoint = Checkpoint(saved.back()).config().train.cpu_bf16;
+  EXPECT_NE(recorded.find("\"train.cpu_bf16\": \"" + in_checkpoint + "\""), std::string::npos) << in_checkpoint;
   for (const char* path : {"native", "widened"}) {
     Config c = tiny_config(data, "bf16");
     c.train.steps = 6;

@@ -182,8 +182,10 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   if (teacher) check_teacher_shares_codes(teacher->contents(), contents_, t.teacher);
   if (dataset_) comm_->check_identical("the corpus manifest", dataset_->manifest().sources_json +
                                                                   std::to_string(dataset_->manifest().tokenizer_crc32));
-  build_engine(teacher.get());
+  // The bf16 path's start-up measurement runs before the engine's buffers
+  // exist: its own (2048^3 products) are freed back before the peak.
   choose_bf16_products(checkpoint.get());
+  build_engine(teacher.get());
   share_initial_state(checkpoint.get());
   if (writer()) {  // the settings this run goes on with (a resume may have changed train.steps, say)
     write_file_atomically(options_.run_dir + "/config.json",
@@ -300,6 +302,7 @@ void Trainer::choose_bf16_products(const Checkpoint* checkpoint) {
   }
   comm_->broadcast(&widened, sizeof widened, 0);
   t.cpu_bf16 = widened ? "widened" : "native";
+  contents_.config.train.cpu_bf16 = t.cpu_bf16;  // checkpoints record the path taken, as config.json does
   if (!writer()) bf16_choice_ = ops_->choose_bf16_products(t.cpu_bf16, 0);
 }
 
@@ -524,7 +527,8 @@ void Trainer::print_start() {
   if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
   if (t.precision == "bf16" && ops_->gpu() < 0) {  // bf16 can be slower than fp32 on a CPU, native or not
     const auto& c = bf16_choice_;
-    if (c.native_gflops > 0) std::fprintf(stderr, "note: bf16 products %s\n", c.describe().c_str());
+    if (c.native_gflops > 0 || c.no_bf16_kernels)
+      std::fprintf(stderr, "note: bf16 products %s\n", c.describe().c_str());
     plan::Bf16StepTimes times;
     if (comm_->size() == 1) {
       std::fprintf(stderr, "timing bf16 and fp32 training steps of this model on this CPU (a few of each)...\n");
