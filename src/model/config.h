@@ -46,7 +46,7 @@ struct TrainConfig {
   int64_t global_batch = 8;      // sequences per optimizer step (multiple of micro_batch)
   int64_t steps = 1000;
   int64_t eval_every = 100;      // steps; 0 disables
-  int64_t eval_batches = 8;      // micro-batches per control code for held-out evaluation
+  int64_t eval_batches = 8;      // held-out windows per code: eval_batches x micro_batch x ranks
   int64_t log_every = 10;
   int64_t checkpoint_every = 500;
   int64_t keep_checkpoints = 3;

@@ -467,9 +467,12 @@ void Trainer::log_step(double loss, double lr, double norm, double seconds, doub
   window_steps_ = 0;
 }
 
+// The held-out windows per code are eval_batches of micro_batch x ranks: the
+// same windows for N ranks at micro-batch b as for one rank at N·b, whose
+// training steps are the same.
 void Trainer::evaluate() {
-  const auto results = evaluate_held_out(*model_, *batches_, config_.train.micro_batch,
-                                         config_.train.eval_batches * config_.train.micro_batch, comm_);
+  const int64_t windows = config_.train.eval_batches * config_.train.micro_batch * comm_->size();
+  const auto results = evaluate_held_out(*model_, *batches_, config_.train.micro_batch, windows, comm_);
   if (results.empty() || !writer()) return;
   nlohmann::ordered_json j;
   j["step"] = state_.step;

@@ -203,6 +203,27 @@ TEST_P(MpiTrainerMatch, TwoRanksMatchOneRankWithTwiceTheMicroBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, MpiTrainerMatch, ::testing::Values("adamw", "adagrad"));
 
+// Held-out evaluation on a corpus whose code A holds out 50 windows: 2 ranks
+// at micro-batch 2 evaluate the windows of 1 rank at micro-batch 4 (8 of
+// them with eval_batches 2), not half as many, so their held-out losses agree.
+TEST(MpiTrainerMatch, TwoRanksEvaluateTheHeldOutWindowsOfOneRank) {
+  const std::string data = fresh_dir("eval_corpus");
+  std::vector<uint32_t> a, b;
+  for (uint32_t i = 0; i < 800; ++i) a.push_back(5 + (i * 7) % 59), b.push_back(5 + (i * 11) % 59);
+  test_support::write_two_code_corpus(data, a, b, 64);
+  const std::string one = fresh_dir("eval_one"), two = fresh_dir("eval_two");
+  const std::string extra = "--data " + data + " --set train.steps=2 --set train.eval_every=1";
+  Job j = run(train(0, 4, one, extra));
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  j = run(train(2, 2, two, extra));
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  const Metrics m1 = read_metrics(one), m2 = read_metrics(two);
+  ASSERT_EQ(m1.eval_loss.size(), 2u);  // code A at steps 1 and 2 (B holds nothing out)
+  ASSERT_EQ(m2.eval_loss.size(), m1.eval_loss.size());
+  for (size_t i = 0; i < m1.eval_loss.size(); ++i)
+    EXPECT_NEAR(m2.eval_loss[i], m1.eval_loss[i], kLossTolerance * m1.eval_loss[i]) << "evaluation " << i;
+}
+
 // The same equivalence on GPUs, one rank per GPU through NCCL (gradient
 // buckets on NCCL's stream, ordered after the backward by events; ZeRO-1 by
 // reduce-scatter and all-gather), against one GPU with twice the micro-batch.
