@@ -157,6 +157,23 @@ TEST_F(PrepareTest, AnotherSeedGivesAnotherSplit) {
   EXPECT_EQ(a.code(0).documents_train + a.code(0).documents_valid, b.code(0).documents_train + b.code(0).documents_valid);
 }
 
+// A code with one document trains on it, whatever the split's hash says
+// (at --valid-fraction 0.99 it would be held out, leaving the code no text).
+TEST_F(PrepareTest, ACodesOnlyDocumentTrains) {
+  std::ofstream(dir_ / "one.txt") << japanese_document(5000);
+  const SourceSpec one{"One", (dir_ / "one.txt").string()};
+  std::vector<PrepareInput> in = inputs();
+  in.push_back({"One", one.path, [one](const DocumentSink& sink) { return read_source(one, ReaderOptions{}, sink); }});
+  PrepareOptions o = options("only");
+  o.valid_fraction = 0.99;
+  const PrepareSummary summary = prepare_corpus(in, o);
+  ASSERT_EQ(summary.codes.size(), 3u);
+  EXPECT_EQ(summary.codes[2].name, "One");
+  EXPECT_EQ(summary.codes[2].documents_train, 1u);
+  EXPECT_EQ(summary.codes[2].documents_valid, 0u);
+  EXPECT_GE(summary.codes[1].documents_train, 1u);  // the others keep one on each side
+}
+
 TEST_F(PrepareTest, BadInputGivesOneLineErrorsAndLeavesNothing) {
   auto expect_error = [&](std::vector<PrepareInput> in, PrepareOptions o, const std::string& needle) {
     try {

@@ -257,9 +257,12 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
     if (std::fclose(spool.file) != 0) fail(spool.path + ": write failed (disk full?)");
   if (spools.empty()) fail("prepare: no documents left after cleaning (all empty, too short or duplicates)");
 
-  // 2. Split fix-ups: a code with >= 2 documents keeps at least one on each side.
+  // 2. Split fix-ups: a code with >= 2 documents keeps at least one on each
+  // side; a code's only document trains (held out, the code would have no
+  // training text at all).
   for (auto& spool : spools) {
     auto& d = spool.docs;
+    if (d.size() == 1) d[0].valid = false;
     if (d.size() < 2) continue;
     const size_t n_valid = std::count_if(d.begin(), d.end(), [](const DocMeta& m) { return m.valid; });
     auto by_score = [](const DocMeta& a, const DocMeta& b) { return a.score < b.score; };
