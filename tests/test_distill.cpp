@@ -337,6 +337,24 @@ TEST(Distill, RefusesATeacherThatSharesNeitherTokensNorCodes) {
   c = tiny_config(1);
   c.model.n_ctx = 32;
   EXPECT_NE(message(c).find("shorter than the student's"), std::string::npos) << message(c);
+  // ctrl plan refuses the same teacher (it planned memory for one train would refuse).
+  const std::string planned = test_support::error_of([&] {
+    Config p = c;
+    p.train.teacher = teacher;
+    teacher_of(p);
+  });
+  EXPECT_NE(planned.find("ctrl plan --teacher " + teacher + ": the teacher's context is"), std::string::npos)
+      << planned;
+  // A run directory is not a teacher: its newest checkpoint would change under a resume.
+  const std::string run_dir = teacher.substr(0, teacher.find("/checkpoints/"));
+  c = tiny_config(1);
+  c.train.teacher = run_dir;
+  const std::string directory = test_support::error_of([&] {
+    Trainer(c, TrainerOptions{fresh_dir("dir"), false, true});
+  });
+  EXPECT_NE(directory.find(run_dir + " is a directory; pass a checkpoint file (its newest: " + teacher + ")"),
+            std::string::npos)
+      << directory;
   // A corpus of two codes against a teacher trained on synthetic tokens (one code, "Synthetic").
   const std::string data = fresh_dir("corpus");
   test_support::write_two_code_corpus(data, std::vector<uint32_t>(200, 7), std::vector<uint32_t>(200, 9), 64);

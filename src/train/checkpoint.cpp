@@ -301,12 +301,18 @@ std::string checkpoint_path(const std::string& run_dir, int64_t step) {
 
 std::optional<ModelConfig> teacher_of(const Config& config) {
   if (config.train.teacher.empty()) return std::nullopt;
-  return Checkpoint(config.train.teacher).config().model;
+  return open_teacher(config, "ctrl plan")->config().model;
 }
 
 std::unique_ptr<Checkpoint> open_teacher(const Config& config, const std::string& command) {
   const std::string& path = config.train.teacher;
   if (path.empty()) return nullptr;
+  // A file, not a run directory: the run's newest checkpoint would change under a resume.
+  if (std::filesystem::is_directory(path)) {
+    const std::vector<std::string> found = list_checkpoints(path);
+    fail("train.teacher (the distillation teacher): " + path + " is a directory; pass a checkpoint file" +
+         (found.empty() ? std::string() : " (its newest: " + found.back() + ")"));
+  }
   std::unique_ptr<Checkpoint> teacher;
   try {
     teacher = std::make_unique<Checkpoint>(path);

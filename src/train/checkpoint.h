@@ -123,7 +123,8 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir);
 // newest checkpoint (with a note on stderr); ctrl::Error for a directory
 // that holds none.
 std::string model_checkpoint(const std::string& path);
-// The teacher's model config from config.train.teacher (its checkpoint), or none (for ctrl plan).
+// The teacher's model config from config.train.teacher (its checkpoint), or none, for ctrl
+// plan: a teacher that ctrl train would refuse is refused as open_teacher does.
 std::optional<ModelConfig> teacher_of(const Config& config);
 // The distillation teacher's checkpoint (train.teacher), read and verified,
 // or null without one. A teacher whose vocabulary or context cannot teach
