@@ -432,6 +432,16 @@ TEST(Plan, CpuMemoryIsCountedAtTheMostThreadsTheRunMayUse) {
   EXPECT_EQ(plan::plan_text(pinned).find("runtime of threads"), std::string::npos);
 }
 
+// fp16 on a CPU runs (widened to fp32 for the products), so it is planned,
+// with the widening buffers ctrl train allocates for it.
+TEST(Plan, Fp16OnACpuIsPlannedWithItsWideningBuffers) {
+  plan::Request r = cpu_request(config_of("tiny", {"train.precision=fp16"}), 24);
+  r.micro_batch = 8;
+  const plan::Plan p = plan::make_plan(r);
+  EXPECT_TRUE(p.fits);
+  EXPECT_GT(p.memory.widened, 0u);
+}
+
 // A micro-batch that does not divide the global batch: the plan runs the
 // next multiple and says how to train it (ctrl train refuses the config).
 TEST(Plan, AMicroBatchThatDoesNotDivideTheBatchSaysHowToTrainIt) {

@@ -550,7 +550,6 @@ Plan make_plan(const Request& r) {
     if (g.name == "GTX-1080-Ti" && precision == "fp16")
       p.notes.push_back("GTX 1080 Ti runs fp16 arithmetic at 1/64 of fp32: plan it in fp32");
   } else {
-    if (precision == "fp16") fail("ctrl plan: the CPU engine has no fp16 arithmetic; use fp32 or bf16");
     p.device_memory = r.cpu_memory_bytes ? r.cpu_memory_bytes : host_memory_bytes();
     overhead = kCpuRuntimeOverheadBytes;
     p.mfu = default_mfu(false, false, precision);
