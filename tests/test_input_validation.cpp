@@ -466,6 +466,11 @@ TEST(BadInputMemory, ARunThatCannotFitIsRefusedWithTheLargestMicroBatch) {
   ASSERT_LT(at8, at9);
   EXPECT_ERROR(plan::check_memory(c, 64, 1, at8, 2), "at micro-batch 64", "largest micro-batch that fits is 8");
   EXPECT_NO_THROW(plan::check_memory(c, 8, 1, at8, 2));
+  Config twelve = c;  // 8 fits but does not divide a global batch of 12: the advice is 6, which runs
+  twelve.train.global_batch = 12;
+  EXPECT_ERROR(plan::check_memory(twelve, 64, 1, at8, 2),
+               "largest micro-batch that fits is 8, and the largest that "
+               "divides train.global_batch / ranks (12) is 6 (--set train.micro_batch=6)");
   EXPECT_ERROR(plan::check_memory(c, 1, 1, 1 << 20, 2), "not even micro-batch 1 fits");
   // CPU ranks of one job on one host share its memory: two need twice the room.
   const uint64_t rank = plan::cpu_run_bytes(c, 8, 1, 2, nullptr, 2);

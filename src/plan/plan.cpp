@@ -406,9 +406,15 @@ void check_memory(const Config& config, int64_t micro_batch, int zero_ranks, uin
     fit = "not even micro-batch 1 fits (" + gib(need(1)) + (sharing > 1 ? " per rank" : "") +
           "); choose a smaller model" + (sharing > 1 ? " or fewer ranks per host" : "");
   } else {
-    const int64_t lo = largest_micro_batch(fits);
-    fit = "the largest micro-batch that fits is " + std::to_string(lo) + " (--set train.micro_batch=" +
-          std::to_string(lo) + ")";
+    // ... and, since train.global_batch must be a multiple of micro-batch x ranks, the largest such that fits.
+    const int64_t lo = largest_micro_batch(fits), per_rank = std::max<int64_t>(1, config.train.global_batch / ranks);
+    int64_t runs = std::min(lo, per_rank);
+    while (per_rank % runs != 0) --runs;
+    fit = "the largest micro-batch that fits is " + std::to_string(lo) +
+          (runs == lo ? std::string()
+                      : ", and the largest that divides train.global_batch / ranks (" + std::to_string(per_rank) +
+                            ") is " + std::to_string(runs)) +
+          " (--set train.micro_batch=" + std::to_string(runs) + ")";
   }
   const uint64_t bytes = need(micro_batch);
   fail("config " + config.preset + ": needs " + gib(bytes) + (cpu ? " of memory" : " of GPU memory") +
