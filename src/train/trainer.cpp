@@ -144,6 +144,9 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
     comm_ = own_comm_.get();
   }
   if (options_.resume) inherit_run_settings(options_.run_dir, config_, *comm_);
+  // config.json and the checkpoints record absolute paths: a resume from another directory finds them.
+  for (std::string* path : {&config_.train.data, &config_.train.teacher})
+    if (!path->empty()) *path = std::filesystem::absolute(*path).lexically_normal().string();
   const auto& t = config_.train;
   const int64_t ranks = comm_->size();
   if (t.global_batch % (ranks * t.micro_batch) != 0)
