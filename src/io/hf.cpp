@@ -53,10 +53,12 @@ void export_hf(const std::string& checkpoint_path, const std::string& dir) {
   const ModelConfig& m = ckpt.config().model;
   // Hugging Face's CTRL has one set of parameters per layer and a D-wide tied embedding.
   if (m.sharing != "none" || m.embedding_dim > 0)
-    fail(checkpoint_path + ": cannot export to Hugging Face CTRL: it has no " +
-         (m.sharing != "none" ? "cross-layer sharing (model.sharing=" + m.sharing + ")"
-                              : "factorized embedding (model.embedding_dim=" + std::to_string(m.embedding_dim) + ")") +
-         "; only models with model.sharing=none and model.embedding_dim=0 can be exported");
+    fail(checkpoint_path + ": cannot export to Hugging Face CTRL: this model has " +
+         (m.sharing != "none"
+              ? "cross-layer sharing (model.sharing=" + m.sharing + ")"
+              : "a factorized embedding (model.embedding_dim=" + std::to_string(m.embedding_dim) + ")") +
+         ", which Hugging Face's CTRL has not; only models with model.sharing=none and model.embedding_dim=0 "
+         "can be exported");
   const ParamLayout layout = make_param_layout(m);
   nlohmann::ordered_json config = {
       {"architectures", {"CTRLLMHeadModel"}},
