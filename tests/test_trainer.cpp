@@ -121,6 +121,24 @@ TEST(Trainer, ResumeKeepsTheRunsCorpus) {
   EXPECT_NE(on_corpus.find("was trained on synthetic tokens, not a corpus"), std::string::npos) << on_corpus;
 }
 
+// A resume at or past train.steps trains nothing and leaves the run's files
+// as they were (it wrote its checkpoint and evaluation again, silently).
+TEST(Trainer, AResumePastTheLastStepLeavesTheRunAlone) {
+  Config c = small_config(3);
+  const std::string run = fresh_dir("past_the_end");
+  Trainer(c, TrainerOptions{run, false, true}).run();
+  const std::string metrics = read_file(run + "/metrics.jsonl"), config = read_file(run + "/config.json");
+  const std::string last = read_file(checkpoint_path(run, 3));
+  c.train.steps = 2;
+  Trainer resumed(c, TrainerOptions{run, true, true});
+  resumed.run();
+  EXPECT_EQ(resumed.state().step, 3);
+  EXPECT_TRUE(resumed.step_losses().empty());
+  EXPECT_EQ(read_file(run + "/metrics.jsonl"), metrics);
+  EXPECT_EQ(read_file(run + "/config.json"), config);
+  EXPECT_EQ(read_file(checkpoint_path(run, 3)), last);
+}
+
 // A corpus that does not open stops the run before its directory is made.
 TEST(Trainer, AWrongCorpusLeavesNoRunDirectory) {
   Config c = small_config(2);

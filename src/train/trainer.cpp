@@ -191,8 +191,9 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   build_engine(teacher.get());
   share_initial_state(checkpoint.get());
   if (writer()) {  // the settings this run goes on with (a resume may have changed train.steps, say)
-    write_file_atomically(options_.run_dir + "/config.json",
-                          nlohmann::json::parse(config_to_json(config_)).dump(2) + "\n");
+    if (!options_.resume || state_.step < t.steps)
+      write_file_atomically(options_.run_dir + "/config.json",
+                            nlohmann::json::parse(config_to_json(config_)).dump(2) + "\n");
     run_dir_->open_metrics(state_.step);
   }
   const size_t seq = size_t(t.micro_batch * config_.model.n_ctx);
@@ -551,6 +552,14 @@ void Trainer::print_start() {
 
 void Trainer::run() {
   const auto& t = config_.train;
+  if (options_.resume && state_.step >= t.steps) {  // nothing to do; the run's files stay as they are
+    if (writer())
+      std::fprintf(stderr,
+                   "note: %s is at step %lld and train.steps is %lld: nothing to train (raise it with --set "
+                   "train.steps=N to go on)\n",
+                   options_.run_dir.c_str(), static_cast<long long>(state_.step), static_cast<long long>(t.steps));
+    return;
+  }
   if (!options_.quiet && writer()) print_start();
   StopSignals signals;
   while (state_.step < t.steps) {
