@@ -405,6 +405,13 @@ TEST(BadInputConfig, TomlTypesMustBeTheFields) {
   EXPECT_ERROR(load_config(dir + "/preset.toml"), "preset.toml:2: preset: unknown preset 'huge'");
   std::ofstream(dir + "/good.toml") << "[train]\nlr = 1\nbeta1 = 0.8\n";
   EXPECT_EQ(load_config(dir + "/good.toml").train.lr, 1.0);
+  // Paths in a file are relative to the file; --set's stay as given (relative to where ctrl runs).
+  std::ofstream(dir + "/paths.toml") << "[train]\ndata = \"corpus\"\nteacher = \"/abs/t.ckpt\"\n";
+  Config paths = load_config(dir + "/paths.toml");
+  EXPECT_EQ(paths.train.data, (fs::path(dir) / "corpus").lexically_normal().string());
+  EXPECT_EQ(paths.train.teacher, "/abs/t.ckpt");
+  apply_override(paths, "train.data=here");
+  EXPECT_EQ(paths.train.data, "here");
   EXPECT_ERROR(load_config(dir), "not a regular file");  // a directory as --config
   fs::remove_all(dir);
 }

@@ -216,6 +216,10 @@ Config load_config(const std::string& source) {
                                       : f->kind == Kind::kInt ? "an integer"
                                                               : "a number") +
              ", got a TOML " + std::string(toml::impl::node_type_friendly_names[size_t(value.type())]));
+      // Paths in the file are relative to the file, wherever ctrl runs from.
+      if ((full == "train.data" || full == "train.teacher") && !text.empty() &&
+          std::filesystem::path(text).is_relative())
+        text = (std::filesystem::path(source).parent_path() / text).lexically_normal().string();
       f->set(c, text, where);
     }
   }

@@ -75,7 +75,8 @@ struct Config {
 
 // Names of the built-in presets: tiny, small, base, medium, ctrl.
 std::vector<std::string> preset_names();
-// A preset by name, or the TOML file at that path ([model] and [train] tables).
+// A preset by name, or the TOML file at that path ([model] and [train] tables;
+// a relative train.data or train.teacher there is relative to the file).
 // Throws ctrl::Error naming the file, key and expectation on any problem.
 Config load_config(const std::string& preset_or_file);
 // Applies "section.key=value" (e.g. "model.n_layer=6", "train.lr=1e-3").
