@@ -103,11 +103,17 @@ TEST_F(TokenizerTest, TrainingIsDeterministic) {
   EXPECT_EQ(read_file(again), read_file(model_path()));
 }
 
+// Options for a vocabulary of `vocab` pieces with the control code Wikipedia.
+TokenizerTrainOptions wikipedia_vocabulary(uint32_t vocab) {
+  TokenizerTrainOptions options;
+  options.vocab_size = vocab;
+  options.control_codes = {"Wikipedia"};
+  return options;
+}
+
 TEST_F(TokenizerTest, TooLargeVocabularyIsLoweredOrRefused) {
   VectorSentenceSource source(japanese_sentences());
-  TokenizerTrainOptions options;
-  options.vocab_size = 20000;
-  options.control_codes = {"Wikipedia"};
+  TokenizerTrainOptions options = wikipedia_vocabulary(20000);
   const std::string path = (dir_ / "small.model").string();
   const uint32_t got = train_tokenizer(source, options, path);
   EXPECT_LT(got, 20000u);
@@ -126,9 +132,7 @@ TEST_F(TokenizerTest, TooLargeVocabularyIsLoweredOrRefused) {
 // that trains, and that size does train.
 TEST_F(TokenizerTest, TooSmallVocabularyNamesTheLeastThatTrains) {
   VectorSentenceSource source(japanese_sentences());
-  TokenizerTrainOptions options;
-  options.vocab_size = 100;
-  options.control_codes = {"Wikipedia"};
+  TokenizerTrainOptions options = wikipedia_vocabulary(100);
   const std::string path = (dir_ / "tiny.model").string();
   const std::string message = test_support::error_of([&] { train_tokenizer(source, options, path); });
   std::smatch m;

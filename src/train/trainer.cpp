@@ -191,7 +191,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   build_engine(teacher.get());
   share_initial_state(checkpoint.get());
   if (writer()) {  // the settings this run goes on with (a resume may have changed train.steps, say)
-    if (!options_.resume || state_.step < t.steps)
+    if (!resumed_past_the_end())
       write_file_atomically(options_.run_dir + "/config.json",
                             nlohmann::json::parse(config_to_json(config_)).dump(2) + "\n");
     run_dir_->open_metrics(state_.step);
@@ -552,7 +552,7 @@ void Trainer::print_start() {
 
 void Trainer::run() {
   const auto& t = config_.train;
-  if (options_.resume && state_.step >= t.steps) {  // nothing to do; the run's files stay as they are
+  if (resumed_past_the_end()) {  // nothing to do; the run's files stay as they are
     if (writer())
       std::fprintf(stderr,
                    "note: %s is at step %lld and train.steps is %lld: nothing to train (raise it with --set "

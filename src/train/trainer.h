@@ -68,6 +68,8 @@ class Trainer {
   void stop_early(const StopRequest& stop);
   void log_step(double loss, double lr, double norm, double step_seconds, double kl);
   bool writer() const { return comm_->rank() == 0; }
+  // A resume of a run already at or past train.steps: it trains and writes nothing.
+  bool resumed_past_the_end() const { return options_.resume && state_.step >= config_.train.steps; }
 
   Config config_;
   TrainerOptions options_;
