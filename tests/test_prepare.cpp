@@ -174,6 +174,25 @@ TEST_F(PrepareTest, ACodesOnlyDocumentTrains) {
   EXPECT_GE(summary.codes[1].documents_train, 1u);  // the others keep one on each side
 }
 
+// Shard files carry the code's own name, Japanese included; only ASCII
+// punctuation that a path cannot hold is replaced.
+TEST_F(PrepareTest, ShardNamesKeepAJapaneseCodeAndReplaceASlash) {
+  std::vector<PrepareInput> in;
+  for (const auto& [code, path] : std::vector<std::pair<std::string, std::string>>{
+           {"小説", (dir_ / "novels").string()}, {"wiki/ja", (dir_ / "wiki.jsonl").string()}}) {
+    const SourceSpec spec{code, path};
+    in.push_back({code, path, [spec](const DocumentSink& sink) { return read_source(spec, ReaderOptions{}, sink); }});
+  }
+  prepare_corpus(in, options("names"));
+  const Dataset d = Dataset::open((dir_ / "names").string());
+  ASSERT_EQ(d.n_codes(), 2u);
+  EXPECT_EQ(d.code(0).name, "小説");
+  ASSERT_FALSE(d.code(0).shards_train.empty());
+  EXPECT_EQ(d.code(0).shards_train[0].rfind("00-小説.train.", 0), 0u) << d.code(0).shards_train[0];
+  ASSERT_FALSE(d.code(1).shards_train.empty());
+  EXPECT_EQ(d.code(1).shards_train[0].rfind("01-wiki_ja.train.", 0), 0u) << d.code(1).shards_train[0];
+}
+
 TEST_F(PrepareTest, BadInputGivesOneLineErrorsAndLeavesNothing) {
   auto expect_error = [&](std::vector<PrepareInput> in, PrepareOptions o, const std::string& needle) {
     try {

@@ -137,9 +137,12 @@ class SpoolSentences : public SentenceSource {
   uint64_t hint_ = 0;
 };
 
+// The index keeps stems unique; the code's name keeps them readable. Codes are
+// checked NFKC UTF-8 (check_code_name), so a Japanese name stays as it is and
+// only ASCII punctuation such as '/' becomes '_'.
 std::string file_stem_for(size_t index, const std::string& code) {
   std::string s;
-  for (unsigned char c : code) s += std::isalnum(c) || c == '-' || c == '_' ? char(c) : '_';
+  for (unsigned char c : code) s += c >= 0x80 || std::isalnum(c) || c == '-' || c == '_' ? char(c) : '_';
   char prefix[32];
   std::snprintf(prefix, sizeof prefix, "%02zu-", index);
   return prefix + s;
