@@ -68,7 +68,8 @@ TEST(CorpusAozora, NotationExamplesFile) {
   EXPECT_TRUE(has_line(t, "〻"));
   EXPECT_TRUE(has_line(t, "ς"));
   EXPECT_TRUE(has_line(t, "…水鉢を置いた欞子窓の下には…"));
-  EXPECT_EQ(stats.dropped.at("gaiji_unresolved"), 1u);
+  EXPECT_EQ(stats.notes.at("gaiji written as 〓 (characters)"), 1u);  // a count of characters, not a dropped document
+  EXPECT_EQ(stats.dropped.count("gaiji_unresolved"), 0u);
   // Accent notation.
   EXPECT_TRUE(has_line(t, "繁雑な日本の étiquette も、"));
   EXPECT_TRUE(has_line(t, "いささか、étranger の感があった。"));
@@ -84,7 +85,7 @@ TEST(CorpusAozora, Utf8CopiesWithAndWithoutBomDecodeTheSame) {
   REQUIRE_SAMPLE();
   const std::string raw = ctrl::read_file(kSample);
   uint64_t bad = 0;
-  const std::string utf8 = ctrl::aozora_decode_bytes(raw, &bad);
+  const std::string utf8 = ctrl::decode_japanese_bytes(raw, &bad);
   EXPECT_EQ(bad, 0u);
   EXPECT_EQ(utf8.find('\r'), std::string::npos);
   const std::string dir = ::testing::TempDir() + "/corpus_aozora";
@@ -104,10 +105,76 @@ TEST(CorpusAozora, Cp932FallbackAndBadBytes) {
   // "～" is 0x8160 in CP932; 0x87 0x40 (①) is NEC special in CP932 and JIS X 0213 alike; 0xFF never decodes.
   const std::string raw = std::string("\x82\xa0\x81\x60\r\n\x87\x40\xff\r\n", 10);
   uint64_t bad = 0;
-  const std::string utf8 = ctrl::aozora_decode_bytes(raw, &bad);
+  const std::string utf8 = ctrl::decode_japanese_bytes(raw, &bad);
   EXPECT_EQ(bad, 1u);
   EXPECT_EQ(utf8.substr(0, 3), "あ");
   EXPECT_NE(utf8.find("①"), std::string::npos);
+}
+
+// CP932's extension characters (IBM and NEC-selected) are what a Windows file
+// means by them; JIS X 0213 has other kanji at those codes.
+TEST(CorpusAozora, Cp932ExtensionCharactersAreNotReadAsJisX0213) {
+  // 髙 0xFBFC, 橋 0x8BB4, 山 0x8E52, 﨑 0xFAB1, ⅰ 0xEEEF.
+  const std::string raw = std::string("\xFB\xFC\x8B\xB4\x81\x40\x8E\x52\xFA\xB1\x81\x40\xEE\xEF\r\n", 16);
+  uint64_t bad = 0;
+  EXPECT_EQ(ctrl::decode_japanese_bytes(raw, &bad), "髙橋　山﨑　ⅰ\n");
+  EXPECT_EQ(bad, 0u);
+  // Without extension characters a line stays JIS X 0213: 0x8160 is the wave dash U+301C, not CP932's U+FF5E.
+  EXPECT_EQ(ctrl::decode_japanese_bytes(std::string("\x82\xa0\x81\x60\r\n", 6), &bad), "あ\u301C\n");
+}
+
+// A UTF-8 Aozora file with a damaged byte, or cut inside its last character,
+// stays UTF-8: only the bad bytes go, at the offset the warning names.
+TEST(CorpusAozora, DamagedUtf8StaysUtf8) {
+  REQUIRE_SAMPLE();
+  uint64_t bad = 0;
+  const std::string utf8 = ctrl::decode_japanese_bytes(ctrl::read_file(kSample), &bad);
+  const std::string dir = ::testing::TempDir() + "/corpus_aozora_damaged";
+  ctrl::make_directories(dir);
+  const size_t at = utf8.find("福沢諭吉");
+  ASSERT_NE(at, std::string::npos);
+  ctrl::write_file_atomically(dir + "/damaged.txt", utf8.substr(0, at) + "\xFF" + utf8.substr(at));
+  ctrl::write_file_atomically(dir + "/cut.txt", utf8 + "本文の続き\xE6\x9C");
+  ctrl::ReadStats stats;
+  const auto clean = read_path(kSample);
+  const auto damaged = read_path(dir + "/damaged.txt", &stats);
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_EQ(damaged[0].text, clean[0].text);
+  EXPECT_EQ(stats.warnings, 1u);
+  uint64_t first = 0;
+  ctrl::decode_japanese_bytes(utf8.substr(0, at) + "\xFF" + utf8.substr(at), &bad, &first);
+  EXPECT_EQ(bad, 1u);
+  EXPECT_EQ(first, at);
+  const auto cut = read_path(dir + "/cut.txt");
+  ASSERT_EQ(cut.size(), 1u);
+  EXPECT_EQ(cut[0].text, clean[0].text);  // the cut line is past the 底本 footer
+}
+
+// Japanese text without Aozora's notation, in either encoding, is plain text:
+// its first paragraph is not taken for a title block, 《書名》 is not ruby.
+TEST(CorpusAozora, TextWithoutAozoraNotationIsPlainText) {
+  const std::string dir = ::testing::TempDir() + "/corpus_aozora_plain";
+  ctrl::make_directories(dir);
+  // Shift_JIS: 社員名簿 / 山田 (no blank line after, no notation).
+  ctrl::write_file_atomically(dir + "/sjis.txt",
+                              std::string("\x8E\xD0\x88\xF5\x96\xBC\x95\xEB\r\n\x8E\x52\x93\x63\r\n", 14));
+  const auto sjis = read_path(dir + "/sjis.txt");
+  ASSERT_EQ(sjis.size(), 1u);
+  EXPECT_EQ(sjis[0].text, "社員名簿\n山田");
+  ctrl::write_file_atomically(dir + "/brackets.txt", "はじめに\n\n古典の《論語》と《孟子》について述べます。\n");
+  const auto brackets = read_path(dir + "/brackets.txt");
+  ASSERT_EQ(brackets.size(), 1u);
+  EXPECT_EQ(brackets[0].text, "はじめに\n\n古典の《論語》と《孟子》について述べます。");
+  EXPECT_EQ(ctrl::detect_source_kind(dir + "/brackets.txt"), ctrl::SourceKind::kPlainText);
+  // Kana ruby is Aozora's: 漢字《かんじ》.
+  EXPECT_TRUE(ctrl::looks_like_aozora("本文の漢字《かんじ》です。"));
+  EXPECT_FALSE(ctrl::looks_like_aozora("古典の《論語》です。"));
+}
+
+// くの字点, written across two characters as ／＼ and ／″＼, becomes 〳〵 and 〴〵.
+TEST(CorpusAozora, KunojitenBecomesItsCharacters) {
+  const ctrl::AozoraText t = ctrl::aozora_to_text("［＃ここから本文］いろ／＼な事が、だん／″＼と。");
+  EXPECT_EQ(t.text, "いろ〳〵な事が、だん〴〵と。");
 }
 
 TEST(CorpusAozora, ZipAsDistributed) {

@@ -22,6 +22,16 @@ TEST(CorpusWikitext, LinksTemplatesAndQuotes) {
   EXPECT_EQ(wikitext_to_text("__TOC__\n本文__NOTOC__"), "本文");
 }
 
+// Maintenance tags that mark a stretch of prose keep the prose; the tag alone gives nothing.
+TEST(CorpusWikitext, MarkedRangesKeepTheirText) {
+  EXPECT_EQ(wikitext_to_text("A{{要出典|範囲=主張である|date=2020年1月}}。"), "A主張である。");
+  EXPECT_EQ(wikitext_to_text("A{{要出典|date=2020年1月}}。"), "A。");
+  EXPECT_EQ(wikitext_to_text("{{独自研究範囲|説である|date=2021年}}と{{要検証範囲|数値|date=2021年}}"),
+            "説であると数値");
+  EXPECT_EQ(wikitext_to_text("{{疑問点範囲|疑問}}{{誰範囲|ある人}}{{信頼性要検証範囲|話}}{{要出典範囲|範囲=本文}}"),
+            "疑問ある人話本文");
+}
+
 TEST(CorpusWikitext, TagsCommentsEntities) {
   EXPECT_EQ(wikitext_to_text("文<ref name=\"a\">出典 [[x]]</ref>章<ref name=\"a\" />。"), "文章。");
   EXPECT_EQ(wikitext_to_text("<b>太字</b>と<span style=\"x\">範囲</span><!-- 注釈 -->"), "太字と範囲");

@@ -195,7 +195,7 @@ TEST(WikitextFidelity, AozoraInvalidByteWarningNamesItsOffsetAndDelIsNoText) {
   const size_t at = raw.find("\r\n", raw.size() / 2) + 2;  // a line start in the middle of the real file
   raw.insert(at, "\x81\x7F");                               // a lead byte, then DEL
   uint64_t bad = 0, first = 0;
-  const std::string utf8 = ctrl::aozora_decode_bytes(raw, &bad, &first);
+  const std::string utf8 = ctrl::decode_japanese_bytes(raw, &bad, &first);
   EXPECT_EQ(bad, 2u);
   EXPECT_EQ(first, at);
   EXPECT_EQ(utf8.find('\x7F'), std::string::npos);

@@ -195,6 +195,7 @@ TEST_F(PrepareTest, ShardNamesKeepAJapaneseCodeAndReplaceASlash) {
 
 TEST_F(PrepareTest, BadInputGivesOneLineErrorsAndLeavesNothing) {
   auto expect_error = [&](std::vector<PrepareInput> in, PrepareOptions o, const std::string& needle) {
+    const bool existed = fs::exists(o.out_dir);  // an --out that exists is left as it was
     try {
       prepare_corpus(in, o);
       FAIL() << "expected an error containing " << needle;
@@ -203,7 +204,7 @@ TEST_F(PrepareTest, BadInputGivesOneLineErrorsAndLeavesNothing) {
       EXPECT_NE(m.find(needle), std::string::npos) << m;
       EXPECT_EQ(m.find('\n'), std::string::npos) << m;
     }
-    EXPECT_FALSE(fs::exists(o.out_dir));
+    EXPECT_EQ(fs::exists(o.out_dir), existed);
     EXPECT_FALSE(fs::exists(o.out_dir + ".tmp-" + std::to_string(getpid())));
   };
   const SourceSpec missing{"Wikipedia", (dir_ / "nope.xml").string()};
@@ -248,9 +249,46 @@ TEST_F(PrepareTest, BadInputGivesOneLineErrorsAndLeavesNothing) {
     prepare_corpus(inputs(), options("precious"));
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not a directory written by `ctrl prepare`"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("not written by `ctrl prepare`"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(fs::exists(dir_ / "precious" / "keep.txt"));
+  // Nor is one whose manifest.json is another program's, and that is found before any reading.
+  std::ofstream(dir_ / "precious" / "manifest.json") << R"({"name": "app"})";
+  expect_error(watched, options("precious"), "manifest.json");
+  EXPECT_FALSE(read);
+  EXPECT_TRUE(fs::exists(dir_ / "precious" / "keep.txt"));
+  // Nor an earlier output with a file of the user's added: it is only replaced whole.
+  prepare_corpus(inputs(), options("earlier"));
+  std::ofstream(dir_ / "earlier" / "NOTES.md") << "mine";
+  expect_error(watched, options("earlier"), "holds NOTES.md, which `ctrl prepare` did not write");
+  EXPECT_FALSE(read);
+  EXPECT_TRUE(fs::exists(dir_ / "earlier" / "NOTES.md"));
+  fs::remove(dir_ / "earlier" / "NOTES.md");
+  prepare_corpus(inputs(), options("earlier"));  // as prepare left it: replaced
+  // A code that is not NFKC is refused before reading, naming the --source.
+  std::vector<PrepareInput> wide = watched;
+  wide[0].control_code = "Ｗｉｋｉ";
+  expect_error(wide, options("e8"), "prepare: --source Ｗｉｋｉ=");
+  EXPECT_FALSE(read);
+}
+
+// A JSON line whose own control code cannot be a token is skipped and counted;
+// the other lines, and the source's code, go on.
+TEST_F(PrepareTest, ADocumentsBadCodeSkipsThatDocument) {
+  std::ofstream jsonl(dir_ / "coded.jsonl");
+  for (int i = 0; i < 20; ++i)
+    jsonl << nlohmann::json{{"text", japanese_document(2000 + i)}, {"control_code", i == 3 ? "</s>" : "Own"}}.dump()
+          << "\n";
+  jsonl.close();
+  const SourceSpec spec{"Coded", (dir_ / "coded.jsonl").string()};
+  std::vector<PrepareInput> in = inputs();
+  in.push_back({spec.control_code, spec.path,
+                [spec](const DocumentSink& sink) { return read_source(spec, ReaderOptions{}, sink); }});
+  const PrepareSummary s = prepare_corpus(in, options("coded"));
+  EXPECT_EQ(s.sources[2].clean.dropped.at("bad control code"), 1u);
+  EXPECT_EQ(s.sources[2].clean.documents_kept, 19u);
+  ASSERT_EQ(s.codes.size(), 3u);
+  EXPECT_EQ(s.codes[2].name, "Own");
 }
 
 TEST_F(PrepareTest, CommandLineReportsErrorsInOneLine) {

@@ -79,6 +79,16 @@ bool is_valid_utf8(std::string_view s) {
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
+// Code points of valid UTF-8.
+size_t utf8_length(std::string_view s) {
+  size_t n = 0;
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+// An Aozora header is the title, author, translator: a few short lines.
+constexpr size_t kMaxHeaderLines = 8, kMaxHeaderLineChars = 100;
+
 // Splits at '\n' (a '\r' before it is removed).
 std::vector<std::string_view> split_lines(std::string_view s) {
   std::vector<std::string_view> lines;
@@ -197,8 +207,9 @@ std::string decode_accents(std::string_view s) {
 // Removes ruby 《…》 and its start mark ｜, ［＃…］ annotations (nested too), and decodes 〔…〕 accent spans.
 // Works line by line; an unclosed bracket drops only its opener.
 std::string strip_notation(std::string_view line, AozoraText& result) {
-  static constexpr std::string_view kGaiji = "※［＃", kAnnot = "［＃", kOpenSq = "［", kCloseSq = "］", kRubyOpen = "《",
-                                    kRubyClose = "》", kBar = "｜", kAccOpen = "〔", kAccClose = "〕";
+  static constexpr std::string_view kGaiji = "※［＃", kAnnot = "［＃", kOpenSq = "［", kCloseSq = "］",
+                                    kRubyOpen = "《", kRubyClose = "》", kBar = "｜", kAccOpen = "〔", kAccClose = "〕",
+                                    kRepeat = "／＼", kRepeatVoiced = "／″＼";
   std::string out;
   out.reserve(line.size());
   size_t depth = 0;          // inside ［＃…］
@@ -239,6 +250,12 @@ std::string strip_notation(std::string_view line, AozoraText& result) {
       i += kRubyClose.size();
     } else if (starts_with(rest, kBar)) {
       i += kBar.size();
+    } else if (starts_with(rest, kRepeatVoiced)) {  // くの字点, written across two characters
+      out += "〴〵";
+      i += kRepeatVoiced.size();
+    } else if (starts_with(rest, kRepeat)) {
+      out += "〳〵";
+      i += kRepeat.size();
     } else {
       out.push_back(line[i]);
       ++i;
@@ -305,16 +322,49 @@ std::string jisx0213_to_utf8(int plane, int row, int cell) {
   return out;
 }
 
-std::string aozora_decode_bytes(std::string_view raw, uint64_t* bad_bytes, uint64_t* first_bad_offset) {
+bool looks_utf8(std::string_view bytes) {
+  uint64_t bad = 0, first = 0;
+  const std::string clean = sanitize_utf8(bytes, &bad, &first);
+  if (bad == 0 || (first + 4 > bytes.size() && bad <= 3)) return true;  // clean, or cut inside the last character
+  uint64_t high = 0;
+  for (char c : clean) high += static_cast<unsigned char>(c) >= 0x80;
+  return high >= 8 * bad;
+}
+
+namespace {
+
+// Whether a Shift_JIS line holds a character of CP932's NEC-selected or IBM
+// extensions (lead bytes 0xED, 0xEE, 0xFA-0xFC). JIS X 0213 puts other
+// characters at those codes (CP932's 髙 0xFBFC would read as 騠), and a file
+// that uses them was written as CP932: Aozora Bunko's own files keep to JIS X
+// 0208 and write other characters as ※［＃…］.
+bool has_cp932_extension(std::string_view line) {
+  for (size_t i = 0; i < line.size(); ++i) {
+    const auto b = static_cast<unsigned char>(line[i]);
+    if (b < 0x81 || (b >= 0xA0 && b <= 0xDF)) continue;  // ASCII, half-width katakana
+    if (b == 0xED || b == 0xEE || b >= 0xFA) return true;
+    ++i;  // a lead byte: skip its trail byte
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string decode_japanese_bytes(std::string_view raw, uint64_t* bad_bytes, uint64_t* first_bad_offset, bool* utf8) {
   *bad_bytes = 0;
   const char* const file_start = raw.data();
   if (starts_with(raw, "\xEF\xBB\xBF")) raw.remove_prefix(3);
   std::string out;
-  if (is_valid_utf8(raw)) {
-    out.reserve(raw.size());
-    for (std::string_view line : split_lines(raw)) (out += line) += '\n';
+  if (looks_utf8(raw)) {  // damaged UTF-8 loses its bad bytes, not its encoding
+    if (utf8) *utf8 = true;
+    uint64_t first = 0;
+    const std::string clean = sanitize_utf8(raw, bad_bytes, &first);
+    if (*bad_bytes > 0 && first_bad_offset) *first_bad_offset = static_cast<uint64_t>(raw.data() - file_start) + first;
+    out.reserve(clean.size());
+    for (std::string_view line : split_lines(clean)) (out += line) += '\n';
     return out;
   }
+  if (utf8) *utf8 = false;
   thread_local Converter sjis("SHIFT_JISX0213");
   thread_local Converter cp932("CP932");
   std::string piece;
@@ -323,7 +373,9 @@ std::string aozora_decode_bytes(std::string_view raw, uint64_t* bad_bytes, uint6
   for (std::string_view line : split_lines(raw)) {
     // A line with a DEL byte is never taken whole (see convert_lossy).
     const bool del = line.find('\x7F') != std::string_view::npos;
-    if (!del && (sjis.convert(line, piece) || cp932.convert(line, piece))) {
+    Converter& first_choice = has_cp932_extension(line) ? cp932 : sjis;
+    Converter& second_choice = &first_choice == &cp932 ? sjis : cp932;
+    if (!del && (first_choice.convert(line, piece) || second_choice.convert(line, piece))) {
       out += piece;
     } else {
       std::optional<size_t> bad_in_line;
@@ -337,14 +389,45 @@ std::string aozora_decode_bytes(std::string_view raw, uint64_t* bad_bytes, uint6
   return out;
 }
 
+bool looks_like_aozora(std::string_view utf8) {
+  for (std::string_view marker : {"［＃", "底本：", "【テキスト中に現れる記号について】"})
+    if (utf8.find(marker) != std::string_view::npos) return true;
+  // Ruby: 《…》 holding only kana after some text. 《論語》 names a book.
+  for (size_t open = utf8.find("《"); open != std::string_view::npos; open = utf8.find("《", open + 1)) {
+    const size_t close = utf8.find("》", open);
+    if (close == std::string_view::npos) break;
+    const std::string_view inside = utf8.substr(open + 3, close - open - 3);
+    if (inside.empty() || inside.size() > 3 * 20) continue;
+    bool kana = true;
+    for (size_t k = 0; k + 3 <= inside.size() && kana; k += 3) {
+      // Hiragana U+3041-309F and katakana U+30A0-30FF are E3 81 81 - E3 83 BF in UTF-8.
+      const auto b0 = static_cast<unsigned char>(inside[k]), b1 = static_cast<unsigned char>(inside[k + 1]);
+      kana = b0 == 0xE3 && (b1 == 0x81 || b1 == 0x82 || b1 == 0x83);
+    }
+    if (kana && inside.size() % 3 == 0) return true;
+  }
+  return false;
+}
+
+std::string undecodable_bytes_text(uint64_t bad, bool utf8) {
+  return std::to_string(bad) +
+         (utf8 ? " invalid UTF-8 byte(s) dropped (the file is UTF-8), the first here"
+               : " byte(s) neither Shift_JIS X 0213 nor CP932 dropped (the file is Shift_JIS), the first here");
+}
+
 AozoraText aozora_to_text(std::string_view utf8) {
   AozoraText result;
   const std::vector<std::string_view> lines = split_lines(utf8);
   size_t begin = 0;
-  // Header: title and author lines up to the first blank line.
-  // (A first line that already carries notation is body text: there is no header.)
+  // Header: title and author lines up to the first blank line: a few short
+  // lines. (A first line that already carries notation is body text, and so is
+  // a first paragraph of long or many lines: there is no header.)
+  size_t header_lines = 0;
+  bool header_short = true;
+  while (header_lines < lines.size() && !is_blank(lines[header_lines]))
+    header_short = header_short && utf8_length(lines[header_lines++]) <= kMaxHeaderLineChars;
   if (!lines.empty() && !is_blank(lines[0]) && lines[0].find("［＃") == std::string_view::npos &&
-      lines[0].find("《") == std::string_view::npos) {
+      lines[0].find("《") == std::string_view::npos && header_lines <= kMaxHeaderLines && header_short) {
     result.title = std::string(lines[0]);
     if (lines.size() > 1 && !is_blank(lines[1])) result.author = std::string(lines[1]);
     while (begin < lines.size() && !is_blank(lines[begin])) ++begin;
@@ -387,12 +470,11 @@ AozoraText aozora_to_text(std::string_view utf8) {
 void read_aozora_bytes(std::string_view raw, const std::string& file, ReadContext& context) {
   context.stats.bytes_in += raw.size();
   uint64_t bad = 0, first_bad = 0;
-  const std::string utf8 = aozora_decode_bytes(raw, &bad, &first_bad);
-  if (bad > 0)
-    context.warnings.warn(file, first_bad,
-                          std::to_string(bad) + " byte(s) neither Shift_JIS X 0213 nor CP932 nor UTF-8 dropped, the first here");
+  bool utf8_file = false;
+  const std::string utf8 = decode_japanese_bytes(raw, &bad, &first_bad, &utf8_file);
+  if (bad > 0) context.warnings.warn(file, first_bad, undecodable_bytes_text(bad, utf8_file));
   AozoraText t = aozora_to_text(utf8);
-  if (t.gaiji_unresolved > 0) context.stats.dropped["gaiji_unresolved"] += t.gaiji_unresolved;
+  if (t.gaiji_unresolved > 0) context.stats.notes["gaiji written as 〓 (characters)"] += t.gaiji_unresolved;
   if (t.text.empty()) {
     context.stats.drop("empty");
     return;

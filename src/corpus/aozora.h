@@ -1,6 +1,6 @@
 // Aozora Bunko texts: encoding detection (UTF-8 with/without BOM, else
-// Shift_JIS X 0213 via iconv with a CP932 fallback per line), header/footer
-// removal, ruby, ［＃…］ annotations, gaiji and 〔…〕 accent notation.
+// Shift_JIS X 0213 or CP932 via iconv, per line), header/footer removal, ruby,
+// ［＃…］ annotations, くの字点, gaiji and 〔…〕 accent notation.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -10,10 +10,28 @@
 
 namespace ctrl {
 
-// Raw file bytes -> UTF-8 with '\n' line ends. Undecodable bytes (and DEL, 0x7F, with a lead byte
-// before it) are dropped and counted in *bad_bytes; the file offset of the first one goes to
-// *first_bad_offset when given (unchanged when there is none).
-std::string aozora_decode_bytes(std::string_view raw, uint64_t* bad_bytes, uint64_t* first_bad_offset = nullptr);
+// Whether bytes are UTF-8 text, perhaps damaged (a few invalid bytes among
+// many valid multi-byte characters, or a last character cut off), rather than
+// Shift_JIS.
+bool looks_utf8(std::string_view bytes);
+
+// Raw Japanese text bytes -> UTF-8 with '\n' line ends. UTF-8 when looks_utf8
+// (a BOM dropped), else Shift_JIS X 0213 line by line, CP932 for lines with
+// CP932's extension characters or that X 0213 cannot decode. Undecodable bytes
+// (and DEL, 0x7F, with a lead byte before it) are dropped and counted in
+// *bad_bytes; the file offset of the first one goes to *first_bad_offset when
+// given (unchanged when there is none), and the encoding taken to *utf8.
+std::string decode_japanese_bytes(std::string_view raw, uint64_t* bad_bytes, uint64_t* first_bad_offset = nullptr,
+                                  bool* utf8 = nullptr);
+
+// The warning for decode_japanese_bytes's dropped bytes.
+std::string undecodable_bytes_text(uint64_t bad, bool utf8);
+
+// Whether decoded text carries Aozora Bunko's notation (［＃…］, a 底本： footer,
+// the 【テキスト中に現れる記号について】 block, or kana ruby 《…》), so that its
+// header, footer and notation are to be removed. Other Japanese text, in
+// either encoding, is plain text.
+bool looks_like_aozora(std::string_view utf8);
 
 struct AozoraText {
   std::string title, author;  // the first two header lines (author may be empty)
@@ -29,7 +47,7 @@ AozoraText aozora_to_text(std::string_view utf8);
 std::string jisx0213_to_utf8(int plane, int row, int cell);
 
 // One Aozora text file's bytes -> one document (warnings for bad bytes, unresolved gaiji counted in
-// stats.dropped["gaiji_unresolved"]).
+// stats.notes).
 void read_aozora_bytes(std::string_view raw, const std::string& file, ReadContext& context);
 
 // A .zip as distributed: every .txt member is read as an Aozora text (images are ignored).

@@ -22,7 +22,8 @@ using DocumentSink = std::function<void(Document&&)>;
 struct ReadStats {
   uint64_t documents = 0;
   uint64_t bytes_in = 0;
-  std::map<std::string, uint64_t> dropped;  // reason -> count
+  std::map<std::string, uint64_t> dropped;  // reason -> documents
+  std::map<std::string, uint64_t> notes;    // counted within kept documents (e.g. characters), not drops
   uint64_t warnings = 0;
   void drop(const std::string& reason) { ++dropped[reason]; }
 };

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/clean_text.h"
 #include "core/error.h"
@@ -29,7 +30,8 @@ namespace {
 constexpr size_t kBatchBytes = 16u << 20;  // cleaning / encoding batch
 constexpr size_t kBatchDocs = 8192;
 constexpr const char* kBinary = "binary";     // drop reason of documents that are binary files' bytes
-constexpr uint64_t kMaxBinaryWarnings = 20;   // per source; the rest are only counted
+constexpr const char* kBadCode = "bad control code";  // a JSON line's own code that cannot be a token
+constexpr uint64_t kMaxSkipWarnings = 20;             // per source and reason; the rest are only counted
 
 struct DocMeta {
   uint32_t source;
@@ -148,9 +150,18 @@ std::string file_stem_for(size_t index, const std::string& code) {
   return prefix + s;
 }
 
-void check_code_name(const std::string& code, const std::string& origin) {
+// What is wrong with a control code's name, or "" when nothing is: it must be
+// one token that the tokenizer, the manifest and `--control` can all name.
+std::string code_name_problem(const std::string& code) {
   if (code.empty() || code.find_first_of(", \t\r\n") != std::string::npos || clean_text(code) != code)
-    fail(origin + ": control code '" + code + "': expected a non-empty NFKC name without spaces or commas");
+    return "control code '" + code + "': expected a non-empty NFKC name without spaces or commas";
+  const bool byte_piece = code.size() == 6 && code.rfind("<0x", 0) == 0 && code.back() == '>' &&
+                          std::isxdigit(static_cast<unsigned char>(code[3])) &&
+                          std::isxdigit(static_cast<unsigned char>(code[4]));
+  if (code == "<s>" || code == "</s>" || code == "<unk>" || code == "<pad>" || byte_piece)
+    return "control code '" + code +
+           "' is one of SentencePiece's special pieces (<s>, </s>, <unk>, <pad>, <0xNN>); choose another name";
+  return "";
 }
 
 // Each split's documents of one code, cut into shards of about shard_tokens.
@@ -182,12 +193,46 @@ struct ShardWriter {
   }
 };
 
-// Moves <dir> aside (only if it is an earlier prepare output or empty) and puts tmp in its place.
+// An existing --out is replaced only when nothing in it would be lost: it is
+// empty, or it is an earlier prepare output that holds only what prepare
+// writes (its manifest, its tokenizer and the shards the manifest names). A
+// manifest.json alone proves nothing: other programs write files of that name.
+void check_output_replaceable(const std::string& out) {
+  if (!fs::exists(out)) return;
+  const std::string advice = "; remove it or choose another --out";
+  if (!fs::is_directory(out)) fail(out + ": exists and is not a directory" + advice);
+  if (fs::is_empty(out)) return;
+  if (!fs::exists(out + "/manifest.json"))
+    fail(out + ": a directory not written by `ctrl prepare` (it has no manifest.json)" + advice);
+  Manifest manifest;
+  try {
+    manifest = Manifest::read(out);
+  } catch (const Error& e) {
+    fail(std::string(e.what()) + " (so " + out + " is not an earlier `ctrl prepare` output)" + advice);
+  }
+  std::set<std::string> written = {"manifest.json", manifest.tokenizer_file};
+  for (const ControlCode& code : manifest.codes) {
+    written.insert(code.shards_train.begin(), code.shards_train.end());
+    written.insert(code.shards_valid.begin(), code.shards_valid.end());
+  }
+  for (const auto& entry : fs::directory_iterator(out))
+    if (!written.count(entry.path().filename().string()))
+      fail(out + ": holds " + entry.path().filename().string() +
+           ", which `ctrl prepare` did not write; an earlier output is only replaced whole" + advice);
+}
+
+// Moves <dir> aside (checked again: it may have changed during the run) and puts tmp in its place.
 void install_output(const std::string& tmp, const std::string& out) {
-  if (fs::exists(out) &&
-      (!fs::is_directory(out) || (!fs::is_empty(out) && !fs::exists(out + "/manifest.json"))))
-    fail(out + ": exists and is not a directory written by `ctrl prepare`; remove it or choose another --out");
+  check_output_replaceable(out);
   install_directory(tmp, out);
+}
+
+// Why a source's documents were dropped: "too short 3, duplicate 2".
+std::string dropped_reasons(const SourceSummary& s) {
+  std::string out;
+  for (const auto& [why, n] : s.read.dropped) out += (out.empty() ? "" : ", ") + why + " " + std::to_string(n);
+  for (const auto& [why, n] : s.clean.dropped) out += (out.empty() ? "" : ", ") + why + " " + std::to_string(n);
+  return out;
 }
 
 PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions& options, const std::string& tmp) {
@@ -218,17 +263,26 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
       for (size_t i = 0; i < batch.size(); ++i) {
         if (!binary[i].empty()) {  // a binary file among the text: skipped, counted, and said once per file
           ++src.clean.documents_in;
-          if (++src.clean.dropped[kBinary] <= kMaxBinaryWarnings)
+          if (++src.clean.dropped[kBinary] <= kMaxSkipWarnings)
             std::fprintf(stderr, "ctrl: warning: %s: binary content (%s); skipped\n",
                          (batch[i].origin.empty() ? inputs[s].description : batch[i].origin).c_str(),
                          binary[i].c_str());
           continue;
         }
-        if (!filter.accept(clean[i], src.clean)) continue;
         const std::string& code = batch[i].control_code.empty() ? inputs[s].control_code : batch[i].control_code;
+        if (!batch[i].control_code.empty() && !code_index.count(code)) {  // a document's own code (JSON lines)
+          if (const std::string problem = code_name_problem(code); !problem.empty()) {
+            ++src.clean.documents_in;
+            if (++src.clean.dropped[kBadCode] <= kMaxSkipWarnings)
+              std::fprintf(stderr, "ctrl: warning: %s: %s; document skipped\n",
+                           (batch[i].origin.empty() ? inputs[s].description : batch[i].origin).c_str(),
+                           problem.c_str());
+            continue;
+          }
+        }
+        if (!filter.accept(clean[i], src.clean)) continue;
         auto [it, added] = code_index.emplace(code, spools.size());
         if (added) {
-          check_code_name(code, batch[i].origin.empty() ? inputs[s].description : batch[i].origin);
           CodeSpool spool;
           spool.name = code;
           spool.path = tmp + "/.spool-" + std::to_string(spools.size());
@@ -258,7 +312,21 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
   }
   for (auto& spool : spools)
     if (std::fclose(spool.file) != 0) fail(spool.path + ": write failed (disk full?)");
-  if (spools.empty()) fail("prepare: no documents left after cleaning (all empty, too short or duplicates)");
+  if (spools.empty()) {
+    std::string reasons;
+    for (const auto& src : summary.sources)
+      reasons += (reasons.empty() ? "" : "; ") + src.control_code + "=" + src.description + ": " + dropped_reasons(src);
+    fail("prepare: no documents left after cleaning (" + reasons + ")");
+  }
+  // A code the user named whose every document was dropped: said, since
+  // `--control` will not know it.
+  for (const auto& src : summary.sources)
+    if (src.clean.documents_kept == 0 && !code_index.count(src.control_code))
+      std::fprintf(stderr,
+                   "ctrl: warning: %s=%s: every document was dropped (%s); code %s is left out of the corpus and "
+                   "its tokenizer\n",
+                   src.control_code.c_str(), src.description.c_str(), dropped_reasons(src).c_str(),
+                   src.control_code.c_str());
 
   // 2. Split fix-ups: a code with >= 2 documents keeps at least one on each
   // side; a code's only document trains (held out, the code would have no
@@ -352,12 +420,15 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
     nlohmann::ordered_json dropped = nlohmann::ordered_json::object();
     for (const auto& [why, n] : s.read.dropped) dropped["reader: " + why] = n;
     for (const auto& [why, n] : s.clean.dropped) dropped[why] = n;
+    nlohmann::ordered_json notes = nlohmann::ordered_json::object();
+    for (const auto& [what, n] : s.read.notes) notes[what] = n;
     sources.push_back({{"control_code", s.control_code},
                        {"path", s.description},
                        {"documents_read", s.clean.documents_in},
                        {"documents_kept", s.clean.documents_kept},
                        {"dropped", dropped},
                        {"reader_warnings", s.read.warnings},
+                       {"reader_notes", notes},
                        {"characters_kept", s.clean.chars_kept},
                        {"characters_dropped", s.clean.chars_dropped},
                        {"tokens", s.tokens}});
@@ -377,16 +448,9 @@ PrepareSummary prepare_corpus(const std::vector<PrepareInput>& inputs, const Pre
   if (!(options.valid_fraction >= 0 && options.valid_fraction < 1))
     fail("prepare: --valid-fraction " + std::to_string(options.valid_fraction) + ": expected 0 <= f < 1");
   if (options.shard_tokens == 0) fail("prepare: shard size must be positive");
-  for (const auto& input : inputs) {  // the names SentencePiece keeps for itself
-    const std::string& code = input.control_code;
-    const bool byte_piece = code.size() == 6 && code.rfind("<0x", 0) == 0 && code.back() == '>' &&
-                            std::isxdigit(static_cast<unsigned char>(code[3])) &&
-                            std::isxdigit(static_cast<unsigned char>(code[4]));
-    if (code == "<s>" || code == "</s>" || code == "<unk>" || code == "<pad>" || byte_piece)
-      fail("prepare: control code '" + code +
-           "' is one of SentencePiece's special pieces (<s>, </s>, <unk>, <pad>, "
-           "<0xNN>); choose another name");
-  }
+  for (const auto& input : inputs)
+    if (const std::string problem = code_name_problem(input.control_code); !problem.empty())
+      fail("prepare: --source " + input.control_code + "=" + input.description + ": " + problem);
   if (!options.tokenizer.empty()) {  // checked before hours of reading: loads, and each code is one token
     if (!file_exists(options.tokenizer)) fail(options.tokenizer + ": no such tokenizer model (--tokenizer)");
     const Tokenizer given = Tokenizer::load(options.tokenizer);
@@ -401,6 +465,7 @@ PrepareSummary prepare_corpus(const std::vector<PrepareInput>& inputs, const Pre
                                               false).note();
     if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
   }
+  check_output_replaceable(out);  // before hours of reading, and again before the rename
   const std::string tmp = out + ".tmp-" + std::to_string(getpid());
   std::error_code ec;
   fs::remove_all(tmp, ec);
@@ -425,10 +490,11 @@ std::string format_summary(const PrepareSummary& summary) {
                   s.control_code.c_str(), s.description.c_str(), s.clean.documents_in, s.clean.documents_kept,
                   Progress::format_count(double(s.clean.chars_kept)).c_str(), Progress::format_count(double(s.tokens)).c_str());
     out += line;
-    std::string dropped;
-    for (const auto& [why, n] : s.read.dropped) dropped += (dropped.empty() ? "" : ", ") + why + " " + std::to_string(n);
-    for (const auto& [why, n] : s.clean.dropped) dropped += (dropped.empty() ? "" : ", ") + why + " " + std::to_string(n);
-    out += dropped.empty() ? "\n" : "; dropped: " + dropped + "\n";
+    const std::string dropped = dropped_reasons(s);
+    out += dropped.empty() ? "" : "; dropped: " + dropped;
+    std::string notes;
+    for (const auto& [what, n] : s.read.notes) notes += (notes.empty() ? "" : ", ") + what + " " + std::to_string(n);
+    out += (notes.empty() ? "" : "; " + notes) + "\n";
   }
   std::snprintf(line, sizeof line, "codes (vocabulary %u):\n", summary.vocab_size);
   out += line;

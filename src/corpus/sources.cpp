@@ -31,15 +31,6 @@ std::string lower(std::string s) {
 
 // UTF-8 apart from a character cut at the end of the sample, or a few stray bytes among
 // many valid multi-byte characters (then it is damaged UTF-8, not Shift_JIS).
-bool looks_utf8(std::string_view sample) {
-  uint64_t bad = 0, first = 0;
-  const std::string clean = sanitize_utf8(sample, &bad, &first);
-  if (bad == 0 || (first + 4 > sample.size() && bad <= 3)) return true;
-  uint64_t high = 0;
-  for (char c : clean) high += static_cast<unsigned char>(c) >= 0x80;
-  return high >= 8 * bad;
-}
-
 // Every file the source names, sorted so that the order (and so the output) is deterministic.
 std::vector<std::string> expand_path(const std::string& path) {
   std::vector<std::string> files;
@@ -131,11 +122,9 @@ SourceKind detect_source_kind(const std::string& path) {
     return SourceKind::kJsonLines;
   }
   if (ends_with(name, ".jsonl") || ends_with(name, ".json") || ends_with(name, ".ndjson")) return SourceKind::kJsonLines;
-  if (!looks_utf8(h)) return SourceKind::kAozoraText;  // Shift_JIS / CP932
-  if (h.find("［＃") != std::string_view::npos || h.find("底本：") != std::string_view::npos ||
-      (h.find("《") != std::string_view::npos && h.find("》") != std::string_view::npos))
-    return SourceKind::kAozoraText;
-  return SourceKind::kPlainText;
+  // Japanese text in either encoding: Aozora Bunko's when it has its notation.
+  uint64_t bad = 0;
+  return looks_like_aozora(decode_japanese_bytes(h, &bad)) ? SourceKind::kAozoraText : SourceKind::kPlainText;
 }
 
 void read_file_of_kind(const std::string& path, SourceKind kind, ReadContext& context) {

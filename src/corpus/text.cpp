@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "corpus/aozora.h"
 
 namespace ctrl {
 namespace {
@@ -30,13 +31,12 @@ std::string normalize_newlines(std::string_view s) {
 
 void read_plain_text(std::string_view bytes, const std::string& file, ReadContext& context) {
   context.stats.bytes_in += bytes.size();
-  if (bytes.size() >= 3 && bytes.substr(0, 3) == "\xEF\xBB\xBF") bytes.remove_prefix(3);
   uint64_t invalid = 0, first = 0;
-  const std::string clean = sanitize_utf8(bytes, &invalid, &first);
-  if (invalid > 0)
-    context.warnings.warn(file, first, std::to_string(invalid) + " invalid UTF-8 byte(s) dropped (expected UTF-8 text)");
+  bool utf8 = true;
+  const std::string text = decode_japanese_bytes(bytes, &invalid, &first, &utf8);  // UTF-8 or Shift_JIS
+  if (invalid > 0) context.warnings.warn(file, first, undecodable_bytes_text(invalid, utf8));
   Document d;
-  d.text = normalize_newlines(clean);
+  d.text = normalize_newlines(text);
   d.origin = file;
   if (d.text.empty()) {
     context.stats.drop("empty");

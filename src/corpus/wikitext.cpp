@@ -246,21 +246,23 @@ Params parse_params(const std::vector<std::string_view>& parts) {
 
 // What a template gives to the text.
 enum class Gives {
-  kFirst,       // its 1st parameter
-  kSecond,      // its 2nd parameter
-  kQuote,       // its 1st parameter, or text=/quote=
-  kLangName,    // "language: text" from parameters 2 and 3
-  kReading,     // "word（reading）" from parameters 1 and 2
-  kNihongo,     // "word（kanji）" from parameters 1 and 2
-  kConvert,     // "number unit" when parameter 1 is a plain number ("number–number unit" for ranges)
-  kBirthDate,   // "Y年M月D日" from parameters 1-3
-  kDeathDate,   // "Y年M月D日（N歳没）" from parameters 4-6 and the birth date 1-3
-  kIsbn,        // "ISBN parameter 1"
-  kPipe,        // "|" inside a table (a cell separator), nothing elsewhere
-  kLayout,      // the content parameters on their own lines (not widths or named options)
-  kLines,       // each positional parameter on its own line
-  kCommaList,   // the positional parameters joined with "、"
-  kDotList,     // the positional parameters joined with "・"
+  kFirst,        // its 1st parameter
+  kSecond,       // its 2nd parameter
+  kQuote,        // its 1st parameter, or text=/quote=
+  kMarked,       // the text a maintenance tag marks: 範囲= only (the tag alone gives nothing)
+  kMarkedRange,  // the text a *範囲 tag marks: its 1st parameter or 範囲=
+  kLangName,     // "language: text" from parameters 2 and 3
+  kReading,      // "word（reading）" from parameters 1 and 2
+  kNihongo,      // "word（kanji）" from parameters 1 and 2
+  kConvert,      // "number unit" when parameter 1 is a plain number ("number–number unit" for ranges)
+  kBirthDate,    // "Y年M月D日" from parameters 1-3
+  kDeathDate,    // "Y年M月D日（N歳没）" from parameters 4-6 and the birth date 1-3
+  kIsbn,         // "ISBN parameter 1"
+  kPipe,         // "|" inside a table (a cell separator), nothing elsewhere
+  kLayout,       // the content parameters on their own lines (not widths or named options)
+  kLines,        // each positional parameter on its own line
+  kCommaList,    // the positional parameters joined with "、"
+  kDotList,      // the positional parameters joined with "・"
 };
 struct TemplateRule {
   std::string_view name;  // lowercase, '_' as ' '; a trailing '-' matches a prefix
@@ -297,8 +299,14 @@ constexpr TemplateRule kTemplateRules[] = {
     {"isbn", Gives::kIsbn, "\"ISBN number\""},
     {"isbn2", Gives::kIsbn, "\"ISBN number\""},
     {"visible anchor", Gives::kFirst, "the text (1st)"},
-    {"要出典範囲", Gives::kFirst, "the text (1st)"},
-    {"いつ範囲", Gives::kFirst, "the text (1st)"},
+    {"要出典範囲", Gives::kMarkedRange, "the marked text (1st or 範囲=)"},
+    {"いつ範囲", Gives::kMarkedRange, "the marked text (1st or 範囲=)"},
+    {"独自研究範囲", Gives::kMarkedRange, "the marked text (1st or 範囲=)"},
+    {"要検証範囲", Gives::kMarkedRange, "the marked text (1st or 範囲=)"},
+    {"疑問点範囲", Gives::kMarkedRange, "the marked text (1st or 範囲=)"},
+    {"誰範囲", Gives::kMarkedRange, "the marked text (1st or 範囲=)"},
+    {"信頼性要検証範囲", Gives::kMarkedRange, "the marked text (1st or 範囲=)"},
+    {"要出典", Gives::kMarked, "the marked text (範囲=); without it, nothing"},
     {"small", Gives::kFirst, "the text (1st)"},
     {"large", Gives::kFirst, "the text (1st)"},
     {"big", Gives::kFirst, "the text (1st)"},
@@ -414,6 +422,10 @@ std::string template_text(std::string_view content, bool in_table, const Wikitex
         if (!params.get(key).empty()) return std::string(params.get(key));
       return arg(0);
     }
+    case Gives::kMarked:
+      return std::string(params.get("範囲"));
+    case Gives::kMarkedRange:
+      return params.get("範囲").empty() ? arg(0) : std::string(params.get("範囲"));
     case Gives::kLangName: return params.arg(1).empty() ? arg(2) : arg(1) + ": " + arg(2);
     case Gives::kReading:
     case Gives::kNihongo: return params.arg(1).empty() ? arg(0) : arg(0) + "（" + arg(1) + "）";
