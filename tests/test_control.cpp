@@ -238,4 +238,36 @@ TEST(ControlAccuracy, SamplesFollowTheirCodeAndTheCeilingIsMeasured) {
   EXPECT_NE(out.find("--control-accuracy 0: expected"), std::string::npos) << out;
 }
 
+// A prompt that fills the context exactly (with the control code) still has
+// the logits of one more token, as Hugging Face's generate uses them; one
+// token more is refused, naming both lengths.
+TEST(ControlCodes, APromptThatFillsTheContextGivesOneToken) {
+  const ToyRun& r = toy();
+  const Tokenizer tokenizer = Tokenizer::load(r.data + "/tokenizer.model");
+  const int64_t n_ctx = Checkpoint(r.checkpoint).config().model.n_ctx;
+  const std::vector<std::string> words = {"apple", "river", "stone", "cloud", "green", "seven", "light", "house"};
+  std::string fits, over;  // prompts of n_ctx - 1 and n_ctx tokens
+  std::string prompt;
+  for (size_t i = 0; i < 200 && over.empty(); ++i) {
+    prompt += (prompt.empty() ? "" : " ") + words[i % words.size()];
+    const int64_t n = int64_t(tokenizer.encode(prompt).size());
+    if (n == n_ctx - 1) fits = prompt;
+    if (n == n_ctx) over = prompt;
+  }
+  ASSERT_FALSE(fits.empty());
+  ASSERT_FALSE(over.empty());
+  const std::string base = test_support::ctrl_binary() + " generate --model " + r.checkpoint + " --control Latin --ids";
+  std::string out;
+  ASSERT_EQ(test_support::run_shell(base + " --prompt '" + fits + "' 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("(1 tokens generated under Latin)"), std::string::npos) << out;
+  EXPECT_NE(out.find("context of " + std::to_string(n_ctx) + " tokens is full"), std::string::npos) << out;
+  EXPECT_EQ(test_support::run_shell(base + " --prompt '" + over + "' 2>&1", &out), 1) << out;
+  EXPECT_NE(out.find("the prompt is " + std::to_string(n_ctx + 1) +
+                     " tokens with the control code, over the model's "
+                     "context of " +
+                     std::to_string(n_ctx)),
+            std::string::npos)
+      << out;
+}
+
 }  // namespace

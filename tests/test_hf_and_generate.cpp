@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -83,6 +84,77 @@ TEST(HuggingFace, RejectsWhatItCannotRead) {
   const std::string bad = test_support::error_of([&] { import_hf(kFixtures + "hf_tiny", out, {}, junk); });
   EXPECT_EQ(bad.rfind("ctrl import hf --tokenizer " + junk, 0), 0u) << bad;
   EXPECT_FALSE(file_exists(out));
+}
+
+// config.json is read strictly (2.7 layers is a broken file, not 2 layers),
+// and every tensor of the weights must be one of the model's: weights of 2
+// layers under a config.json of 1 are refused, not cut to 1 layer.
+TEST(HuggingFace, RefusesAConfigThatDoesNotDescribeItsWeights) {
+  const std::string dir = temp_path("loose");
+  make_directories(dir);
+  std::filesystem::copy_file(kFixtures + "hf_tiny/model.safetensors", dir + "/model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  const nlohmann::json good = nlohmann::json::parse(read_file(kFixtures + "hf_tiny/config.json"));
+  auto error_with = [&](const std::string& key, const nlohmann::json& value) {
+    nlohmann::json c = good;
+    c[key] = value;
+    write_file_atomically(dir + "/config.json", c.dump());
+    const std::string out = temp_path("loose.ckpt");
+    const std::string message = test_support::error_of([&] { import_hf(dir, out, {}, ""); });
+    EXPECT_FALSE(file_exists(out));
+    return message;
+  };
+  EXPECT_NE(error_with("n_layer", 2.7).find("\"n_layer\" is 2.7, expected an integer"), std::string::npos);
+  EXPECT_NE(error_with("n_layer", 1)
+                .find("tensor(s) that the CTRL of " + dir +
+                      "/config.json does not have, e.g. "
+                      "transformer.h.1."),
+            std::string::npos)
+      << error_with("n_layer", 1);
+  EXPECT_NE(error_with("control_codes", nlohmann::json{{"Wiki", "3"}})
+                .find("control_codes.Wiki is \"3\", expected a token id"),
+            std::string::npos);
+  EXPECT_NE(error_with("control_codes", nlohmann::json::array({"Wiki"})).find("expected an object"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// save_pretrained shards a large model: model.safetensors.index.json names
+// each tensor's file. Importing the shards gives the same model as one file.
+TEST(HuggingFace, ImportsShardedWeights) {
+  const std::string dir = temp_path("sharded");
+  make_directories(dir);
+  std::filesystem::copy_file(kFixtures + "hf_tiny/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  SafetensorsReader whole(kFixtures + "hf_tiny/model.safetensors");
+  SafetensorsWriter shards[2];
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+  std::vector<std::vector<float>> kept;
+  int k = 0;
+  for (const auto& [name, info] : whole.tensors()) {
+    const int shard = k++ % 2;
+    kept.push_back(whole.read_floats(name));
+    shards[shard].add(name, DType::F32, info.shape, kept.back().data());
+    index["weight_map"][name] = "model-0000" + std::to_string(shard + 1) + "-of-00002.safetensors";
+  }
+  for (int i = 0; i < 2; ++i) shards[i].write(dir + "/model-0000" + std::to_string(i + 1) + "-of-00002.safetensors");
+  write_file_atomically(dir + "/model.safetensors.index.json", index.dump());
+  const std::string from_shards = temp_path("shards.ckpt"), from_one = temp_path("one.ckpt");
+  import_hf(dir, from_shards, {{"Wiki", 5}}, "");
+  import_hf(kFixtures + "hf_tiny", from_one, {{"Wiki", 5}}, "");
+  Checkpoint a(from_shards), b(from_one);
+  auto ops = test_support::make_test_ops();
+  Model ma(a.config().model, *ops, 0), mb(b.config().model, *ops, 0);
+  a.load_parameters(ma);
+  b.load_parameters(mb);
+  EXPECT_EQ(ma.params.to_host(), mb.params.to_host());
+  // An index naming a file outside the directory is refused.
+  index["weight_map"][whole.tensors().begin()->first] = "../elsewhere.safetensors";
+  write_file_atomically(dir + "/model.safetensors.index.json", index.dump());
+  const std::string message = test_support::error_of([&] { import_hf(dir, temp_path("z.ckpt"), {}, ""); });
+  EXPECT_NE(message.find("is not a file name in " + dir), std::string::npos) << message;
+  std::filesystem::remove_all(dir);
+  std::remove(from_shards.c_str());
+  std::remove(from_one.c_str());
 }
 
 TEST(Generator, KeyValueCachePathEqualsTheFullForwardPass) {
@@ -180,6 +252,31 @@ TEST(Generator, PenaltyDividesPositiveAndMultipliesNegativeLogitsOfSeenTokens) {
   // top-p keeps the smallest set reaching p: token 1 alone has probability > 0.9 here.
   s.top_p = 0.9;
   for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_next({0.0f, 10.0f, 0.0f}, {}, s, a), 1);
+}
+
+// A model's vocabulary may be larger than its tokenizer's: ids past the
+// tokenizer are never chosen, greedy or sampled, however likely.
+TEST(Generator, IdsPastTheTokenizersVocabularyAreNeverChosen) {
+  SamplingOptions o;
+  o.vocabulary = 2;
+  CounterRng rng{3, 1, 0};
+  EXPECT_EQ(sample_next({0.5f, 1.0f, 9.0f, 9.0f}, {}, o, rng), 1);
+  o.temperature = 2.0;
+  for (int i = 0; i < 200; ++i) EXPECT_LT(sample_next({0.5f, 1.0f, 9.0f, 9.0f}, {}, o, rng), 2);
+  o.vocabulary = 0;  // no limit: the likely ids come
+  bool past = false;
+  for (int i = 0; i < 200; ++i) past = past || sample_next({0.5f, 1.0f, 9.0f, 9.0f}, {}, o, rng) >= 2;
+  EXPECT_TRUE(past);
+}
+
+// Streamed text holds back a character still being spelled in byte pieces
+// (it decodes as U+FFFD until complete), so nothing printed is ever wrong.
+TEST(Generator, StreamedTextHoldsBackAnIncompleteCharacter) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(printable_length("東京" + fffd + fffd, false), std::string("東京").size());
+  EXPECT_EQ(printable_length("東京" + fffd, true), std::string("東京").size() + 3);
+  EXPECT_EQ(printable_length("東京あ", false), std::string("東京あ").size());
+  EXPECT_EQ(printable_length(fffd, false), 0u);
 }
 
 }  // namespace

@@ -18,8 +18,9 @@ const char* kUsage =
     "                     [--device cpu|checked|cuda[:N]] [--threads N]\n\n"
     "Generates text that starts with control code CODE (see the list an unknown code prints) and the\n"
     "prompt. CTRL's penalized sampling: logits of tokens already present are divided by THETA\n"
-    "(default 1.2; 1 disables); temperature 0 (default) is greedy; a temperature above 0 samples, with\n"
-    "--top-k/--top-p if given, reproducibly from --seed.\n"
+    "(multiplied when negative, as Hugging Face does; default 1.2; 1 disables); temperature 0 (default)\n"
+    "is greedy; a temperature above 0 samples, with --top-k/--top-p if given, reproducibly from --seed.\n"
+    "Ids past the tokenizer's vocabulary (a model with a larger one) are never chosen.\n"
     "Stops at --max-tokens (default 100), the end-of-document token or the model's context.\n"
     "--ids prints token ids instead of text (always so for models trained without a tokenizer).\n"
     "CKPT may be a run directory: its newest checkpoint.\n";
@@ -28,6 +29,16 @@ const char* kUsage =
 std::optional<Tokenizer> checkpoint_tokenizer(const CheckpointContents& c, const std::string& path) {
   if (c.tokenizer.empty()) return std::nullopt;
   return Tokenizer::from_bytes(c.tokenizer, path + " (tokenizer.model)");
+}
+
+// Prints what `text` (the decoded sequence so far) adds to `shown` and returns
+// what is now shown: the output is exactly the decoded sequence, with a
+// character still being spelled in byte pieces held back (printable_length).
+std::string print_new_text(const std::string& text, const std::string& shown, bool at_end) {
+  const size_t stable = printable_length(text, at_end);
+  if (stable <= shown.size() || text.compare(0, shown.size(), shown) != 0) return shown;
+  std::printf("%s", text.substr(shown.size(), stable - shown.size()).c_str());
+  return text.substr(0, stable);
 }
 
 int run(const std::vector<std::string>& argv) {
@@ -68,6 +79,7 @@ int run(const std::vector<std::string>& argv) {
   CounterRng rng{seed, 0x6E6, 0};
 
   auto tokenizer = checkpoint_tokenizer(contents, model_path);
+  if (tokenizer) o.vocabulary = tokenizer->vocab_size();  // never an id the tokenizer cannot decode
   const bool print_ids = args.has("ids") || !tokenizer;
   std::vector<int32_t> history = {control_id};
   if (args.has("prompt")) {
@@ -79,7 +91,10 @@ int run(const std::vector<std::string>& argv) {
   ckpt.load_parameters(model);
   Generator gen(model);
   const int64_t n_ctx = ckpt.config().model.n_ctx;
-  if (int64_t(history.size()) >= n_ctx) fail("ctrl generate: the prompt fills the model's whole context");
+  // n_ctx tokens still give the logits of one more.
+  if (int64_t(history.size()) > n_ctx)
+    fail("ctrl generate: the prompt is " + std::to_string(history.size()) +
+         " tokens with the control code, over the model's context of " + std::to_string(n_ctx));
   const int32_t eos = tokenizer ? tokenizer->eos_id() : -1;
 
   std::vector<float> logits;
@@ -100,12 +115,7 @@ int run(const std::vector<std::string>& argv) {
     if (print_ids) {
       std::printf("%s%d", history.size() > 2 ? " " : "", next);
     } else {
-      // Decode the whole text and print what is new: pieces that split a UTF-8 character print once whole.
-      const std::string text = tokenizer->decode(std::vector<int32_t>(history.begin() + 1, history.end()));
-      if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0) {
-        std::printf("%s", text.c_str() + shown.size());
-        shown = text;
-      }
+      shown = print_new_text(tokenizer->decode(std::vector<int32_t>(history.begin() + 1, history.end())), shown, false);
     }
     std::fflush(stdout);
     if (gen.position() >= n_ctx) {
@@ -114,6 +124,8 @@ int run(const std::vector<std::string>& argv) {
     }
     logits = gen.feed(next);
   }
+  if (!print_ids)  // what was held back: a character that never completed
+    print_new_text(tokenizer->decode(std::vector<int32_t>(history.begin() + 1, history.end())), shown, true);
   std::printf("\n");
   std::fflush(stdout);  // the text ends its line before the notes on stderr
   if (context_full)

@@ -201,6 +201,8 @@ ControlAccuracy control_accuracy(Model& model, const Dataset& data, const Tokeni
   a.confusion.assign(K, std::vector<int64_t>(K, 0));
   a.samples.assign(K, {});
   const int64_t n_ctx = model.config().n_ctx;
+  SamplingOptions sampling = o.sampling;
+  sampling.vocabulary = tokenizer.vocab_size();  // every sample must decode
   Generator gen(model);
   std::unique_ptr<Progress> progress;
   if (!o.quiet)
@@ -214,7 +216,7 @@ ControlAccuracy control_accuracy(Model& model, const Dataset& data, const Tokeni
       std::vector<int32_t> history = {data.code(c).token_id};
       std::vector<float> logits = gen.feed(history[0]);
       for (int64_t t = 0; t < o.max_tokens; ++t) {
-        const int32_t next = sample_next(logits, history, o.sampling, rng);
+        const int32_t next = sample_next(logits, history, sampling, rng);
         if (next == eos) break;
         history.push_back(next);
         if (gen.position() >= n_ctx) break;

@@ -5,6 +5,7 @@
 // and top-p. Temperature 0 is greedy, CTRL's recommended near-greedy setting.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
@@ -17,6 +18,10 @@ struct SamplingOptions {
   double penalty = 1.2;    // θ; 1 disables
   int64_t top_k = 0;       // 0: no limit
   double top_p = 1.0;      // nucleus; 1: no limit
+  // Ids at or above this are never chosen: a model whose vocabulary is larger
+  // than its tokenizer's (padded, or trained on a smaller corpus) has rows
+  // that decode to nothing. 0: every id of the logits.
+  int64_t vocabulary = 0;
 };
 
 // Incremental decoding through Model::decode (the model's own layer forward
@@ -44,6 +49,11 @@ class Generator {
   KvCache cache_;
   std::vector<float> logits_;
 };
+
+// How much of a sequence decoded so far may be printed: all but its trailing
+// U+FFFD, which is how a character still being spelled in byte pieces
+// (<0xE3><0x81>...) decodes until its last byte comes; at the end, all.
+size_t printable_length(const std::string& decoded, bool at_end);
 
 // Chooses the next token from logits given the tokens so far (penalized).
 int32_t sample_next(std::vector<float> logits, const std::vector<int32_t>& history, const SamplingOptions& options,

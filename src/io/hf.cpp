@@ -5,6 +5,9 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -96,6 +99,87 @@ void export_hf(const std::string& checkpoint_path, const std::string& dir) {
   });
 }
 
+namespace {
+
+// A Hugging Face model's weights: model.safetensors, or the shards that
+// model.safetensors.index.json names (save_pretrained splits a large model,
+// 5 GB a shard by default, so a 1.6B-parameter CTRL in fp32 is sharded).
+class HfWeights {
+ public:
+  explicit HfWeights(const std::string& dir) {
+    const std::string single = dir + "/model.safetensors", index = single + ".index.json";
+    if (file_exists(single)) {
+      files_.push_back(std::make_unique<SafetensorsReader>(single));
+      for (const auto& [name, info] : files_.back()->tensors()) where_[name] = files_.back().get();
+      return;
+    }
+    if (!file_exists(index))
+      fail(single + ": not found, nor " + index +
+           "; ctrl reads safetensors weights (transformers' save_pretrained writes them by default)");
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_file(index));
+    } catch (const nlohmann::json::exception& e) {
+      fail(index + ": not valid JSON: " + e.what());
+    }
+    if (!j.contains("weight_map") || !j["weight_map"].is_object())
+      fail(index + ": no \"weight_map\" object (expected {\"weight_map\": {tensor: shard file}})");
+    std::map<std::string, const SafetensorsReader*> shard_of_file;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      if (!it.value().is_string()) fail(index + ": weight_map." + it.key() + ": expected a shard file name");
+      const std::string file = it.value();
+      if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+        fail(index + ": weight_map." + it.key() + ": '" + file + "' is not a file name in " + dir);
+      auto [shard, added] = shard_of_file.emplace(file, nullptr);
+      if (added) {
+        files_.push_back(std::make_unique<SafetensorsReader>(dir + "/" + file));
+        shard->second = files_.back().get();
+      }
+      if (!shard->second->has(it.key()))
+        fail(index + ": weight_map." + it.key() + ": " + file + " does not hold that tensor");
+      where_[it.key()] = shard->second;
+    }
+    for (const auto& file : files_)  // a tensor in a shard that the index does not name
+      for (const auto& [name, info] : file->tensors())
+        if (where_.at(name) != file.get()) fail(file->path() + ": tensor " + name + " is also in another shard");
+  }
+  bool has(const std::string& name) const { return where_.count(name) != 0; }
+  std::vector<float> read_floats(const std::string& name, const std::vector<int64_t>& shape) const {
+    const auto it = where_.find(name);
+    if (it == where_.end()) fail(description() + ": no tensor " + name);
+    return it->second->read_floats(name, shape);
+  }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& [name, file] : where_) out.push_back(name);
+    return out;
+  }
+  std::string description() const {
+    return files_.size() == 1 ? files_[0]->path()
+                              : files_[0]->path() + " and " + std::to_string(files_.size() - 1) + " other shard(s)";
+  }
+
+ private:
+  std::vector<std::unique_ptr<SafetensorsReader>> files_;
+  std::map<std::string, const SafetensorsReader*> where_;
+};
+
+// A config.json field that must be an integer: 2.7 layers is a broken file, not 2.
+int64_t integer_field(const nlohmann::json& hf, const std::string& name, const std::string& path) {
+  if (!hf.contains(name)) fail(path + ": no \"" + name + "\" (expected an integer)");
+  const nlohmann::json& v = hf[name];
+  if (!v.is_number_integer()) fail(path + ": \"" + name + "\" is " + v.dump() + ", expected an integer");
+  return v.get<int64_t>();
+}
+
+double number_field(const nlohmann::json& hf, const std::string& name, double fallback, const std::string& path) {
+  if (!hf.contains(name)) return fallback;
+  if (!hf[name].is_number()) fail(path + ": \"" + name + "\" is " + hf[name].dump() + ", expected a number");
+  return hf[name].get<double>();
+}
+
+}  // namespace
+
 void import_hf(const std::string& dir, const std::string& checkpoint_path, const std::vector<CodeInfo>& codes,
                const std::string& tokenizer_path) {
   // Never over a file: --out mistyped as a trained run's checkpoint would lose it.
@@ -108,45 +192,56 @@ void import_hf(const std::string& dir, const std::string& checkpoint_path, const
   } catch (const nlohmann::json::exception& e) {
     fail(config_path + ": not valid JSON: " + e.what());
   }
+  if (!hf.is_object()) fail(config_path + ": expected a JSON object");
   if (hf.value("model_type", "") != "ctrl")
     fail(config_path + ": model_type is '" + hf.value("model_type", "") + "', expected 'ctrl'");
   Config c;
   c.preset = dir;
-  try {
-    c.model.vocab_size = hf.at("vocab_size");
-    c.model.n_ctx = hf.at("n_positions");
-    c.model.d_model = hf.at("n_embd");
-    c.model.d_ff = hf.at("dff");
-    c.model.n_layer = hf.at("n_layer");
-    c.model.n_head = hf.at("n_head");
-    c.model.layer_norm_eps = hf.value("layer_norm_epsilon", 1e-6);
-    c.model.resid_pdrop = hf.value("resid_pdrop", 0.1);
-    c.model.embd_pdrop = hf.value("embd_pdrop", 0.1);
-    c.model.init_range = hf.value("initializer_range", 0.02);
-  } catch (const nlohmann::json::exception& e) {
-    fail(config_path + ": missing or malformed field: " + e.what());
-  }
-  if (!hf.value("tie_word_embeddings", true))
+  c.model.vocab_size = integer_field(hf, "vocab_size", config_path);
+  c.model.n_ctx = integer_field(hf, "n_positions", config_path);
+  c.model.d_model = integer_field(hf, "n_embd", config_path);
+  c.model.d_ff = integer_field(hf, "dff", config_path);
+  c.model.n_layer = integer_field(hf, "n_layer", config_path);
+  c.model.n_head = integer_field(hf, "n_head", config_path);
+  c.model.layer_norm_eps = number_field(hf, "layer_norm_epsilon", 1e-6, config_path);
+  c.model.resid_pdrop = number_field(hf, "resid_pdrop", 0.1, config_path);
+  c.model.embd_pdrop = number_field(hf, "embd_pdrop", 0.1, config_path);
+  c.model.init_range = number_field(hf, "initializer_range", 0.02, config_path);
+  if (hf.contains("tie_word_embeddings") && hf["tie_word_embeddings"] == false)
     fail(config_path + ": tie_word_embeddings is false; ctrl's CTRL ties the output to the input embedding");
   validate(c);
-  const std::string weights = dir + "/model.safetensors";
-  if (!file_exists(weights))
-    fail(weights + ": not found; ctrl reads safetensors weights (save with safe_serialization=True)");
-  SafetensorsReader file(weights);
+  const HfWeights file(dir);
   const ParamLayout layout = make_param_layout(c.model);
   for (const auto& t : layout.tensors) (void)file.read_floats(t.name, t.shape);  // all present, right shapes
+  // Every tensor of the file is one of the model's: a config.json that says
+  // fewer layers than the weights hold is a mismatch, not a smaller model.
+  std::vector<std::string> unexpected;
+  for (const std::string& name : file.names())
+    if (name != "lm_head.weight" && !layout.find(name)) unexpected.push_back(name);
+  if (!unexpected.empty())
+    fail(file.description() + ": " + std::to_string(unexpected.size()) + " tensor(s) that the CTRL of " + config_path +
+         " does not have, e.g. " + unexpected.front() + " (does config.json give the right sizes?)");
   if (file.has("lm_head.weight")) {  // stored untied copy: must equal the embedding
     const ParamTensor& w = layout.get("transformer.w.weight");
     const auto head = file.read_floats("lm_head.weight", w.shape), embedding = file.read_floats(w.name, w.shape);
     if (std::memcmp(head.data(), embedding.data(), head.size() * sizeof(float)) != 0)
-      fail(weights + ": lm_head.weight differs from transformer.w.weight; ctrl needs tied output weights");
+      fail(file.description() + ": lm_head.weight differs from transformer.w.weight; ctrl needs tied output weights");
   }
   CheckpointContents contents;
   contents.config = c;
   contents.codes = codes;
-  if (codes.empty() && hf.contains("control_codes") && hf["control_codes"].is_object())
-    for (auto it = hf["control_codes"].begin(); it != hf["control_codes"].end(); ++it)
+  if (codes.empty() && hf.contains("control_codes")) {
+    const nlohmann::json& given = hf["control_codes"];
+    if (!given.is_object())
+      fail(config_path + ": \"control_codes\" is " + given.dump().substr(0, 60) +
+           ", expected an object {\"Name\": token id}");
+    for (auto it = given.begin(); it != given.end(); ++it) {
+      if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
+          it.value().get<int64_t>() > std::numeric_limits<int32_t>::max())
+        fail(config_path + ": control_codes." + it.key() + " is " + it.value().dump() + ", expected a token id");
       contents.codes.push_back({it.key(), it.value().get<int32_t>()});
+    }
+  }
   if (!tokenizer_path.empty()) {  // named as given, before anything is written
     contents.tokenizer = read_file(tokenizer_path);
     check_tokenizer(contents, "ctrl import hf --tokenizer " + tokenizer_path);

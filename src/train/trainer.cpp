@@ -178,6 +178,16 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
       fail(t.data + ": corpus vocabulary " + std::to_string(dataset_->manifest().vocab_size) +
            " is larger than model.vocab_size " + std::to_string(config_.model.vocab_size) +
            " (set --set model.vocab_size=" + std::to_string(dataset_->manifest().vocab_size) + ")");
+    // Larger is allowed (a padded vocabulary), but ids past the corpus's never
+    // occur: their rows only learn not to be predicted. Worth a word when it is
+    // more than padding.
+    const int64_t unused = config_.model.vocab_size - int64_t(dataset_->manifest().vocab_size);
+    if (unused > 128 && writer() && !options_.quiet)
+      std::fprintf(stderr,
+                   "note: model.vocab_size %lld is %lld above the corpus's %u pieces; those ids never occur "
+                   "(--set model.vocab_size=%u to leave them out)\n",
+                   static_cast<long long>(config_.model.vocab_size), static_cast<long long>(unused),
+                   dataset_->manifest().vocab_size, dataset_->manifest().vocab_size);
   }
   if (writer()) run_dir_ = std::make_unique<RunDir>(options_.run_dir);  // the lock, and what killed runs left
   const std::unique_ptr<Checkpoint> checkpoint = checkpoint_to_resume();
