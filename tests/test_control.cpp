@@ -238,6 +238,29 @@ TEST(ControlAccuracy, SamplesFollowTheirCodeAndTheCeilingIsMeasured) {
   EXPECT_NE(out.find("--control-accuracy 0: expected"), std::string::npos) << out;
 }
 
+// An export carries the checkpoint's tokenizer, and importing the directory
+// takes it back: a round trip keeps text generation.
+TEST(ControlCodes, ExportAndImportKeepTheTokenizer) {
+  const ToyRun& r = toy();
+  const std::string dir = r.dir + "/hf", back = r.dir + "/back.ckpt";
+  std::string out;
+  ASSERT_EQ(test_support::run_shell(
+                test_support::ctrl_binary() + " export hf --model " + r.checkpoint + " --out " + dir + " 2>&1", &out),
+            0)
+      << out;
+  EXPECT_NE(out.find(dir + "/tokenizer.model"), std::string::npos) << out;
+  ASSERT_EQ(test_support::run_shell(test_support::ctrl_binary() + " import hf --in " + dir + " --out " + back + " 2>&1",
+                                    &out),
+            0)
+      << out;
+  EXPECT_EQ(Checkpoint(back).contents().tokenizer, Checkpoint(r.checkpoint).contents().tokenizer);
+  // Exporting again over the earlier export (its three files) is allowed.
+  EXPECT_EQ(test_support::run_shell(
+                test_support::ctrl_binary() + " export hf --model " + r.checkpoint + " --out " + dir + " 2>&1", &out),
+            0)
+      << out;
+}
+
 // A prompt that fills the context exactly (with the control code) still has
 // the logits of one more token, as Hugging Face's generate uses them; one
 // token more is refused, naming both lengths.

@@ -22,7 +22,7 @@ const char* kUsage =
     "is greedy; a temperature above 0 samples, with --top-k/--top-p if given, reproducibly from --seed.\n"
     "Ids past the tokenizer's vocabulary (a model with a larger one) are never chosen.\n"
     "Stops at --max-tokens (default 100), the end-of-document token or the model's context.\n"
-    "--ids prints token ids instead of text (always so for models trained without a tokenizer).\n"
+    "--ids prints token ids instead of text (always so for a checkpoint without a tokenizer).\n"
     "CKPT may be a run directory: its newest checkpoint.\n";
 
 // Tokenizer from the bytes a checkpoint carries (already checked against its control codes).
@@ -83,7 +83,10 @@ int run(const std::vector<std::string>& argv) {
   const bool print_ids = args.has("ids") || !tokenizer;
   std::vector<int32_t> history = {control_id};
   if (args.has("prompt")) {
-    if (!tokenizer) fail("ctrl generate: this model was trained without a tokenizer, so --prompt cannot be encoded");
+    if (!tokenizer)
+      fail("ctrl generate: " + model_path +
+           " holds no tokenizer (trained on synthetic tokens, or imported without --tokenizer), so "
+           "--prompt cannot be encoded");
     for (int32_t t : tokenizer->encode(args.get("prompt"))) history.push_back(t);
   }
   auto ops = make_ops(args.has("device") ? args.get("device") : "cpu", int(args.get_int("threads", 0, 1, 1 << 16)));

@@ -5,6 +5,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/parse.h"
 #include "io/hf.h"
 #include "train/checkpoint.h"
@@ -15,12 +16,14 @@ namespace {
 const char* kExportUsage =
     "usage: ctrl export hf --model CKPT --out DIR\n\n"
     "Writes DIR/config.json and DIR/model.safetensors, loadable with transformers'\n"
-    "CTRLLMHeadModel.from_pretrained(DIR). The control codes go into config.json as \"control_codes\".\n";
+    "CTRLLMHeadModel.from_pretrained(DIR). The control codes go into config.json as \"control_codes\",\n"
+    "and the checkpoint's SentencePiece model (if it has one) to DIR/tokenizer.model.\n";
 const char* kImportUsage =
     "usage: ctrl import hf --in DIR --out CKPT [--control NAME=ID]... [--tokenizer FILE.model]\n\n"
-    "Reads a CTRLLMHeadModel directory (config.json + model.safetensors, e.g. written by transformers'\n"
-    "save_pretrained or by ctrl export hf) into a new ctrl checkpoint (CKPT must not exist), with no\n"
-    "optimizer state.\n";
+    "Reads a CTRLLMHeadModel directory (config.json + model.safetensors or its shards with\n"
+    "model.safetensors.index.json, e.g. written by transformers' save_pretrained or by ctrl export hf)\n"
+    "into a new ctrl checkpoint (CKPT must not exist), with no optimizer state. The tokenizer is\n"
+    "--tokenizer, else DIR/tokenizer.model if there is one (as ctrl export hf writes it).\n";
 
 int export_cmd(const std::vector<std::string>& argv) {
   if (!argv.empty() && (argv[0] == "--help" || argv[0] == "-h")) return std::printf("%s", kExportUsage), 0;
@@ -30,8 +33,9 @@ int export_cmd(const std::vector<std::string>& argv) {
   args.flag("out");
   if (!args.parse({argv.begin() + 1, argv.end()})) return 0;
   export_hf(model_checkpoint(args.require("model")), args.require("out"));
-  std::fprintf(stderr, "wrote %s/config.json and %s/model.safetensors\n", args.get("out").c_str(),
-               args.get("out").c_str());
+  const std::string out = args.get("out");
+  std::fprintf(stderr, "wrote %s/config.json and %s/model.safetensors%s\n", out.c_str(), out.c_str(),
+               file_exists(out + "/tokenizer.model") ? (" and " + out + "/tokenizer.model").c_str() : "");
   return 0;
 }
 

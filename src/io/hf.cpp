@@ -17,6 +17,11 @@ namespace ctrl {
 
 namespace {
 
+// The checkpoint's SentencePiece model, beside the Hugging Face files: read
+// back by `ctrl import hf`, and loadable with the sentencepiece package
+// (transformers' CTRLTokenizer is the original's BPE, not this).
+constexpr const char* kTokenizerFile = "tokenizer.model";
+
 // Builds the export in "<dir>.tmp-<pid>" and renames it into place, so dir is
 // either absent, the previous export, or the whole new one. An existing dir is
 // replaced only if it is empty or an earlier export (its two files and nothing else).
@@ -27,9 +32,11 @@ void write_directory_atomically(std::string dir, const std::function<void(const 
   if (fs::exists(dir)) {
     if (!fs::is_directory(dir)) fail(dir + ": exists and is not a directory; choose another --out");
     for (const auto& e : fs::directory_iterator(dir, ec))
-      if (e.path().filename() != "config.json" && e.path().filename() != "model.safetensors")
+      if (e.path().filename() != "config.json" && e.path().filename() != "model.safetensors" &&
+          e.path().filename() != kTokenizerFile)
         fail(dir + ": exists and holds " + e.path().filename().string() +
-             ", not only an earlier export's config.json and model.safetensors; remove it or choose another --out");
+             ", not only an earlier export's config.json, model.safetensors and tokenizer.model; remove it or "
+             "choose another --out");
   }
   // What killed exports left next to dir.
   const std::string parent = parent_directory(dir), name = fs::path(dir).filename().string();
@@ -95,6 +102,8 @@ void export_hf(const std::string& checkpoint_path, const std::string& dir) {
   w.set_metadata("format", "pt");
   write_directory_atomically(dir, [&](const std::string& tmp) {
     w.write(tmp + "/model.safetensors");
+    if (!ckpt.contents().tokenizer.empty())
+      write_file_atomically(tmp + "/" + kTokenizerFile, ckpt.contents().tokenizer);
     write_file_atomically(tmp + "/config.json", config.dump(2) + "\n");
   });
 }
@@ -245,6 +254,9 @@ void import_hf(const std::string& dir, const std::string& checkpoint_path, const
   if (!tokenizer_path.empty()) {  // named as given, before anything is written
     contents.tokenizer = read_file(tokenizer_path);
     check_tokenizer(contents, "ctrl import hf --tokenizer " + tokenizer_path);
+  } else if (file_exists(dir + "/" + kTokenizerFile)) {  // an export's own
+    contents.tokenizer = read_file(dir + "/" + kTokenizerFile);
+    check_tokenizer(contents, dir + "/" + kTokenizerFile);
   }
   // One tensor at a time from the Hugging Face file into the checkpoint.
   save_checkpoint(checkpoint_path, contents, layout,
