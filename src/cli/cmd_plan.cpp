@@ -2,6 +2,7 @@
 // what does it cost, from the engine's own layout tables (plan/plan.h).
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 
 #include "cli/args.h"
 #include "cli/command.h"
@@ -15,6 +16,9 @@
 
 namespace ctrl::cli {
 namespace {
+
+// A million ranks: past any machine, and the products stay in range.
+constexpr int64_t kMaxRanks = int64_t(1) << 20;
 
 const char* kUsage =
     "usage: ctrl plan --config FILE|PRESET --tokens N [--set section.key=value]... [--precision fp32|bf16|fp16]\n"
@@ -57,6 +61,13 @@ int run(const std::vector<std::string>& argv) {
   for (const auto& s : args.all("set")) apply_override(r.config, s);
   if (args.has("precision")) apply_override(r.config, "train.precision=" + args.get("precision"));
   if (args.has("teacher")) r.config.train.teacher = args.get("teacher");
+  // With --micro-batch B the config's own micro-batch (a preset's 16 against
+  // --set train.global_batch=8) is not what the plan runs: validate with the
+  // largest that divides both. A B that does not divide the batch is planned,
+  // with a note on the global batch train needs.
+  if (args.has("micro-batch"))
+    r.config.train.micro_batch =
+        std::gcd(args.get_int("micro-batch", 0, 1, 1 << 24), std::max<int64_t>(1, r.config.train.global_batch));
   validate(r.config);
   r.teacher = teacher_of(r.config);
   r.tokens = args.get_double("tokens", 0, 0, 1e18, true);
@@ -70,6 +81,9 @@ int run(const std::vector<std::string>& argv) {
   r.gpu = args.get("gpu");
   r.gpus_per_node = int(args.get_int("gpus", 1, 1, 1 << 16));
   r.nodes = int(args.get_int("nodes", 1, 1, 1 << 20));
+  if (int64_t(r.gpus_per_node) * r.nodes > kMaxRanks)
+    fail("ctrl plan: --gpus " + std::to_string(r.gpus_per_node) + " x --nodes " + std::to_string(r.nodes) + " = " +
+         std::to_string(int64_t(r.gpus_per_node) * r.nodes) + " ranks: expected at most " + std::to_string(kMaxRanks));
   r.micro_batch = args.get_int("micro-batch", 0, 1, 1 << 24);
   r.zero = int(args.get_int("zero", 0, 0, 1));
   r.network_gbps = args.get_double("network-gbps", 100, 0, 1e9, true);
@@ -84,7 +98,7 @@ int run(const std::vector<std::string>& argv) {
   std::unique_ptr<Ops> cpu;
   Ops::Bf16Choice bf16_choice;  // bf16 on this CPU: the products' path the plan's peak was measured on
   if (r.gpu.empty()) {
-    cpu = make_ops("cpu");
+    cpu = make_ops("cpu", int(r.config.train.threads));  // the run's thread count: the peak it will see
     r.cpu_name = cpu_model();
     r.cpu_threads = cpu->threads();
     if (!r.machine) r.memory_threads = most_cpu_threads(r.config.train.threads);  // a run on this machine

@@ -318,33 +318,45 @@ namespace {
 bool native_bf16_products(const TrainConfig& t) { return t.precision == "bf16" && t.cpu_bf16 == "native"; }
 }  // namespace
 
-uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int threads) {
+uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int threads, const ModelConfig* teacher) {
   const TrainConfig& t = config.train;
-  const ModelConfig& m = config.model;
-  const uint64_t N = uint64_t(micro_batch) * uint64_t(m.n_ctx), T = uint64_t(m.n_ctx), D = uint64_t(m.d_model),
-                 F = uint64_t(m.d_ff), V = uint64_t(m.vocab_size);
-  const uint64_t E = uint64_t(embedding_width(m));  // the head's width
+  const uint64_t N = uint64_t(micro_batch) * uint64_t(config.model.n_ctx), T = uint64_t(config.model.n_ctx),
+                 V = uint64_t(config.model.vocab_size);
+  // Each scratch slot grows to the largest product that uses it: a teacher's
+  // forward (distillation) runs through the same slots, so a wider teacher's
+  // products set them.
+  std::vector<const ModelConfig*> models = {&config.model};
+  if (teacher) models.push_back(teacher);
+  uint64_t inputs = 0, weights = 0, outputs = 0, widest_inner = N, head_width = 0;
+  for (const ModelConfig* m : models) {
+    const uint64_t D = uint64_t(m->d_model), F = uint64_t(m->d_ff), E = uint64_t(embedding_width(*m));
+    // The linear layers: qkv D→3D, attention output D→D, FFN D→F and F→D, a factorized head's D→E.
+    inputs = std::max(inputs, N * std::max(D, F));
+    weights = std::max({weights, 3 * D * D, F * D, E * D});
+    outputs = std::max(outputs, N * std::max({3 * D, F, E}));
+    widest_inner = std::max({widest_inner, F, 3 * D, E});
+    head_width = std::max(head_width, E);
+  }
   // bf16 products (ops/cpu/linear.cpp, CpuOps::bf16_scratch): an fp32 output
   // gradient (the residual stream's into the attention output and FFN out
   // projections, D wide; a factorized head's into its D→E projection, E wide)
-  // rounded to bf16 once for both backward products.
-  if (native_bf16_products(t)) return 2 * N * std::max(D, E);
+  // rounded to bf16 once for both backward products. Only the student has
+  // gradients.
+  if (native_bf16_products(t)) return 2 * N * std::max<uint64_t>(config.model.d_model, embedding_width(config.model));
   const bool fp16 = t.precision == "fp16", bf16 = t.precision == "bf16";
   if (!fp16 && !bf16) return 0;
-  // The linear layers: qkv D→3D, attention output D→D, FFN D→F and F→D, a factorized head's D→E.
-  uint64_t inputs = N * std::max(D, F), weights = std::max({3 * D * D, F * D, E * D});
-  const uint64_t outputs = N * std::max({3 * D, F, E});
   uint64_t per_thread = 0;
   if (fp16) {  // the head's h and embedding, whole
-    inputs = std::max(inputs, N * E), weights = std::max(weights, V * E);
+    inputs = std::max(inputs, N * head_width), weights = std::max(weights, V * head_width);
   } else {
     // The head's row chunk against a vocabulary block (ops/cpu/lm_head.cpp),
     // a head's T×T, or a tiled product's operands, whose inner dimension is
     // at most max(F, 3D, E) (forward, input gradient) or N (weight gradient).
     const uint64_t rows = std::min<uint64_t>(N, uint64_t(kHeadChunkRows)),
                    block = std::min<uint64_t>(V, uint64_t(cpu_head_vocab_block()));
-    const uint64_t tile = uint64_t(cpu_tile_operand_rows()) * std::max({F, 3 * D, E, N});
-    per_thread = std::max(std::max(rows * std::max(E, block), T * T) + std::max(block * E, T * T), tile);
+    const uint64_t tile = uint64_t(cpu_tile_operand_rows()) * widest_inner;
+    per_thread =
+        std::max(std::max(rows * std::max(head_width, block), T * T) + std::max(block * head_width, T * T), tile);
   }
   return 4 * (inputs + weights + outputs + uint64_t(std::max(threads, 1)) * per_thread);
 }
@@ -356,7 +368,8 @@ uint64_t cpu_thread_bytes(int threads) {
 uint64_t cpu_run_bytes(const Config& config, int64_t micro_batch, int zero_ranks, int threads,
                        const ModelConfig* teacher, int ranks) {
   return memory_estimate(config, micro_batch, zero_ranks, kCpuRuntimeOverheadBytes, teacher).total() +
-         cpu_widened_bytes(config, micro_batch, threads) + cpu_thread_bytes(threads) + (ranks > 1 ? kMpiRankBytes : 0);
+         cpu_widened_bytes(config, micro_batch, threads, teacher) + cpu_thread_bytes(threads) +
+         (ranks > 1 ? kMpiRankBytes : 0);
 }
 
 uint64_t gpu_scratch_bytes(const Config& config, int64_t micro_batch, const ModelConfig* teacher) {
@@ -533,9 +546,20 @@ Plan make_plan(const Request& r) {
       // GPU the table does not know is taken to be the planned one.
       const GpuSpec* measured = gpu_named_in(r.machine->gpu);
       const double measured_peak = measured ? gpu_peak_tflops(*measured, precision) : p.peak_tflops;
+      if (!measured)  // its FLOP/s against the planned GPU's peak would say it runs as fast as that one
+        fail(r.machine->path + ": measured on " + r.machine->gpu +
+             ", a GPU the datasheet table does not know, so its utilisation cannot be computed; plan with --mfu U "
+             "(its executed " +
+             fmt("%.1f", r.machine->hardware_share * r.machine->gemm_peak_gflops / 1000) +
+             " TFLOP/s over that GPU's dense " + precision + " peak)");
       p.mfu = r.machine->hardware_share * r.machine->gemm_peak_gflops / (measured_peak * 1000);
+      if (!(p.mfu > 0 && p.mfu <= 1))
+        fail(r.machine->path + ": " + fmt("%.1f", r.machine->hardware_share * r.machine->gemm_peak_gflops / 1000) +
+             " TFLOP/s executed is " + fmt("%.2f", p.mfu) + " of " + measured->name + "'s " +
+             fmt("%.0f", measured_peak) + " TFLOP/s " + precision +
+             " peak; expected a share in (0, 1]: not a run of this GPU in this precision");
       p.mfu_source = "calibrated from ctrl bench on " + r.machine->measured_on() + " (" + r.machine->path + ")";
-      if (!measured || measured->name != g.name)
+      if (measured->name != g.name)
         p.notes.push_back(r.machine->path + " was measured on " + r.machine->gpu + ", this plan is for " + g.name +
                           ": its utilisation is assumed to carry over");
     }
@@ -568,14 +592,16 @@ Plan make_plan(const Request& r) {
         peak_gflops = r.machine->gemm_peak_gflops;
         p.mfu = r.machine->hardware_share;
         p.mfu_source = "calibrated from ctrl bench on " + r.machine->measured_on() + " (" +
-                       std::to_string(r.machine->threads) + " threads, " + r.machine->path + ")";
+                       std::to_string(r.machine->threads) + (r.machine->threads == 1 ? " thread, " : " threads, ") +
+                       r.machine->path + ")";
       }
     }
     if (!(peak_gflops > 0)) fail("ctrl plan: no GEMM peak for this CPU (internal: cpu_peak_gflops not set)");
     p.peak_tflops = peak_gflops / 1000;
     p.hardware = std::to_string(r.nodes) + " x " + name +
-                 (cpu_threads > 0 ? " (" + std::to_string(cpu_threads) + " threads, " : " (") + gib(p.device_memory) +
-                 (r.nodes == 1 ? ")" : " each)");
+                 (cpu_threads > 0 ? " (" + std::to_string(cpu_threads) + (cpu_threads == 1 ? " thread, " : " threads, ")
+                                  : " (") +
+                 gib(p.device_memory) + (r.nodes == 1 ? ")" : " each)");
   }
   if (r.mfu > 0) {
     p.mfu = r.mfu;
@@ -593,8 +619,8 @@ Plan make_plan(const Request& r) {
   auto memory_at = [&](int64_t b, int zero) {
     Memory m = memory_estimate(c, b, zero, overhead, teacher);
     if (!gpu)
-      m.widened = cpu_widened_bytes(c, b, p.memory_threads), m.thread_runtime = cpu_thread_bytes(p.memory_threads),
-      m.communicator = p.ranks > 1 ? kMpiRankBytes : 0;
+      m.widened = cpu_widened_bytes(c, b, p.memory_threads, teacher),
+      m.thread_runtime = cpu_thread_bytes(p.memory_threads), m.communicator = p.ranks > 1 ? kMpiRankBytes : 0;
     if (gpu) m.gpu_scratch = gpu_scratch_bytes(c, b, teacher);
     return m;
   };

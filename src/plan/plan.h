@@ -168,7 +168,10 @@ Memory memory_estimate(const Config& config, int64_t micro_batch, int zero_ranks
 // bf16 products (native, or emulated by oneDNN) instead keep one bf16 copy of
 // an fp32 output gradient, N x max(D, E): 2 bytes each.
 // Not in the activation layout: the backend allocates them on first use.
-uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int threads);
+// A distillation teacher's forward products use the same slots, so a wider
+// teacher sets their size.
+uint64_t cpu_widened_bytes(const Config& config, int64_t micro_batch, int threads,
+                           const ModelConfig* teacher = nullptr);
 
 // The CUDA backend's own scratch for a GPU plan (model/layout.h's
 // cuda_scratch_bytes at the plan's precision), which the backend allocates on
