@@ -64,7 +64,8 @@ int run_prepare(const std::vector<std::string>& argv) {
     for (const auto& spec_text : args.all("source")) {
       const SourceSpec spec = parse_source_spec(spec_text);
       inputs.push_back({spec.control_code, spec.path,
-                        [spec, reader](const DocumentSink& sink) { return read_source(spec, reader, sink); }});
+                        [spec, reader](const DocumentSink& sink) { return read_source(spec, reader, sink); },
+                        source_bytes(spec.path)});
     }
   }
   prepare_corpus(inputs, options);

@@ -14,6 +14,7 @@ struct Document {
   std::string title;         // may be empty
   std::string text;          // UTF-8, cleaned by the reader
   std::string origin;        // file (and page) it came from, for messages
+  uint64_t read_bytes = 0;   // the source's bytes on disk read when it was emitted (ReadContext::emit), for progress
 };
 
 using DocumentSink = std::function<void(Document&&)>;

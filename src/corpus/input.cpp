@@ -30,6 +30,7 @@ uint64_t Warnings::count() const {
 
 void ReadContext::emit(Document&& document) {
   if (document.control_code.empty()) document.control_code = control_code;
+  document.read_bytes = bytes_before + (stream ? std::min(stream->raw_offset(), file_bytes) : file_bytes);
   ++stats.documents;
   sink(std::move(document));
 }

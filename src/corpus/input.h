@@ -41,7 +41,13 @@ struct ReadContext {
   ReadStats& stats;
   Warnings& warnings;
   const DocumentSink& sink;
-  // Hands a document to the sink (filling in control_code if empty) and counts it.
+  // Where reading is, for Document::read_bytes: the bytes of the source's
+  // earlier files, the current file's size, and its stream while a streaming
+  // reader consumes it (else the file counts as read once a document comes).
+  uint64_t bytes_before = 0, file_bytes = 0;
+  const class ByteStream* stream = nullptr;
+  // Hands a document to the sink (filling in control_code if empty and its
+  // read_bytes) and counts it.
   void emit(Document&& document);
   // Resolved thread count (options.threads, or all cores when 0).
   int threads() const;

@@ -250,7 +250,11 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
     SourceSummary& src = summary.sources[s];
     src.control_code = inputs[s].control_code;
     src.description = inputs[s].description;
-    Progress progress("cleaning " + inputs[s].control_code + "=" + inputs[s].description, 0, "documents");
+    // By the source's bytes read when it has a size (fraction, rate, ETA), else by documents.
+    const bool by_bytes = inputs[s].bytes > 0;
+    Progress progress("cleaning " + inputs[s].control_code + "=" + inputs[s].description, inputs[s].bytes,
+                      by_bytes ? "B" : "documents");
+    uint64_t read_bytes = 0;
     std::vector<Document> batch;
     size_t batch_bytes = 0;
     auto flush = [&] {
@@ -296,17 +300,26 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
         const double score = split_score(text_hash(clean[i]), options.seed);
         spool.docs.push_back({uint32_t(s), lines, clean[i].size(), score, score < options.valid_fraction});
       }
-      progress.add(batch.size(), std::to_string(src.clean.documents_kept) + " kept");
+      const std::string counts =
+          std::to_string(src.clean.documents_in) + " documents, " + std::to_string(src.clean.documents_kept) + " kept";
+      if (by_bytes)
+        progress.update(std::min(read_bytes, inputs[s].bytes), counts);
+      else
+        progress.add(batch.size(), std::to_string(src.clean.documents_kept) + " kept");
       batch.clear();
       batch_bytes = 0;
     };
     src.read = inputs[s].read([&](Document&& doc) {
+      read_bytes = std::max(read_bytes, doc.read_bytes);
       batch_bytes += doc.text.size();
       batch.push_back(std::move(doc));
       if (batch_bytes >= kBatchBytes || batch.size() >= kBatchDocs) flush();
     });
     flush();
-    progress.finish(std::to_string(src.clean.documents_kept) + " kept");
+    if (by_bytes) progress.update(inputs[s].bytes);
+    progress.finish(by_bytes ? std::to_string(src.clean.documents_in) + " documents, " +
+                                   std::to_string(src.clean.documents_kept) + " kept"
+                             : std::to_string(src.clean.documents_kept) + " kept");
     if (src.clean.documents_in == 0)
       fail(inputs[s].control_code + "=" + inputs[s].description + ": no documents in this source");
   }

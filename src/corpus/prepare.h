@@ -27,6 +27,7 @@ struct PrepareInput {
   std::string control_code;
   std::string description;
   std::function<ReadStats(const DocumentSink&)> read;
+  uint64_t bytes = 0;  // its size on disk (source_bytes), for progress by Document::read_bytes; 0: unknown
 };
 
 struct PrepareOptions {

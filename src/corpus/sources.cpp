@@ -72,6 +72,16 @@ std::vector<std::string> expand_path(const std::string& path) {
 
 }  // namespace
 
+uint64_t source_bytes(const std::string& path) {
+  uint64_t total = 0;
+  for (const auto& f : expand_path(path)) {
+    std::error_code ec;
+    const uint64_t size = fs::file_size(f, ec);
+    if (!ec) total += size;
+  }
+  return total;
+}
+
 SourceSpec parse_source_spec(const std::string& spec) {
   const size_t eq = spec.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
@@ -137,7 +147,14 @@ void read_file_of_kind(const std::string& path, SourceKind kind, ReadContext& co
   };
   auto streamed = [&](auto reader) {  // readers that consume the (decompressed) byte stream
     auto stream = open_byte_stream(path, context.warnings);
-    reader(*stream, path, context);
+    context.stream = stream.get();
+    try {
+      reader(*stream, path, context);
+    } catch (...) {
+      context.stream = nullptr;
+      throw;
+    }
+    context.stream = nullptr;
   };
   switch (kind) {
     case SourceKind::kWikipediaXml: return streamed(read_wikipedia_xml);
@@ -155,18 +172,14 @@ ReadStats read_source(const SourceSpec& source, const ReaderOptions& options, co
   ReadStats stats;
   Warnings warnings(stats, options.max_warnings_printed);
   ReadContext context{source.control_code, options, stats, warnings, sink};
-  uint64_t total_bytes = 0;
-  for (const auto& f : files) {
-    std::error_code ec;
-    total_bytes += fs::file_size(f, ec);
-  }
-  std::optional<Progress> progress;
-  if (files.size() > 1 && (files.size() >= 1000 || total_bytes >= (uint64_t(64) << 20)))
-    progress.emplace("reading " + source.path, total_bytes, "B");
   size_t failed = 0;
   std::string first_error;
   uint64_t done_bytes = 0;
   for (const auto& f : files) {
+    std::error_code size_error;
+    context.bytes_before = done_bytes;
+    context.file_bytes = fs::file_size(f, size_error);
+    if (size_error) context.file_bytes = 0;
     try {
       read_file_of_kind(f, detect_source_kind(f), context);
     } catch (const Error& e) {
@@ -176,11 +189,8 @@ ReadStats read_source(const SourceSpec& source, const ReaderOptions& options, co
       warnings.warn(f, 0, std::string("unreadable, skipped: ") + e.what());
       stats.drop("unreadable_file");
     }
-    std::error_code ec;
-    done_bytes += fs::file_size(f, ec);
-    if (progress) progress->update(done_bytes, std::to_string(stats.documents) + " documents");
+    done_bytes += context.file_bytes;
   }
-  if (progress) progress->finish(std::to_string(stats.documents) + " documents");
   if (failed == files.size()) fail(source.path + ": no file could be read; first error: " + first_error);
   return stats;
 }

@@ -36,8 +36,12 @@ SourceKind detect_source_kind(const std::string& path);
 // deterministic order (same inputs -> same documents in the same order, whatever the thread count).
 // Problems in the input are counted warnings naming file and byte offset (printed to stderr up to a limit),
 // the good documents are kept; a fatal problem (nothing readable at all, missing path) throws ctrl::Error.
-// Shows progress (core/progress.h) with rate and ETA for large inputs.
+// Each document carries how many of the source's bytes on disk were read when it came (read_bytes): with
+// source_bytes, the caller's progress (ctrl prepare's cleaning line) has a fraction, rate and ETA.
 ReadStats read_source(const SourceSpec& source, const ReaderOptions& options, const DocumentSink& sink);
+
+// The bytes on disk of every file a source names (0 when none can be sized).
+uint64_t source_bytes(const std::string& path);
 
 // Reads one file of a known kind (used by read_source; exposed for tests and tools).
 void read_file_of_kind(const std::string& path, SourceKind kind, ReadContext& context);

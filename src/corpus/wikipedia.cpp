@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/progress.h"
 #include "corpus/wikitext.h"
 
 namespace ctrl {
@@ -208,8 +207,6 @@ void read_wikipedia_xml(ByteStream& stream, const std::string& file, ReadContext
   XML_SetUserData(parser, &state);
   XML_SetElementHandler(parser, on_start, on_end);
   XML_SetCharacterDataHandler(parser, on_text);
-  std::optional<Progress> progress;
-  if (stream.raw_size() >= (uint64_t(16) << 20)) progress.emplace("wikipedia " + file, stream.raw_size(), "B");
   std::vector<char> buffer(1 << 20);
   bool xml_error = false;
   try {
@@ -228,7 +225,6 @@ void read_wikipedia_xml(ByteStream& stream, const std::string& file, ReadContext
         if (state.in_page) context.stats.drop("truncated_page");
         break;
       }
-      if (progress) progress->update(stream.raw_offset(), std::to_string(state.pages) + " pages");
       if (last) break;
     }
   } catch (...) {
@@ -238,7 +234,6 @@ void read_wikipedia_xml(ByteStream& stream, const std::string& file, ReadContext
   XML_ParserFree(parser);
   pipeline.finish();
   context.stats.bytes_in += stream.raw_offset();
-  if (progress) progress->finish(std::to_string(state.pages) + " pages");
   if (state.pages == 0 && xml_error)
     fail(file + ": no MediaWiki <page> could be read (expected a MediaWiki XML export)");
 }
