@@ -171,6 +171,15 @@ TEST(CorpusAozora, TextWithoutAozoraNotationIsPlainText) {
   EXPECT_FALSE(ctrl::looks_like_aozora("古典の《論語》です。"));
 }
 
+// A symbol block whose rule comes right under the title, with no blank line, is still the header's.
+TEST(CorpusAozora, SymbolBlockRightUnderTheTitleIsRemoved) {
+  const ctrl::AozoraText t = ctrl::aozora_to_text(
+      "題名\n著者\n-------------------------------------------------------\n【テキスト中に現れる記号について】\n\n"
+      "《》：ルビ\n-------------------------------------------------------\n\n本文の一行目《いちぎょうめ》。\n");
+  EXPECT_EQ(t.title, "題名");
+  EXPECT_EQ(t.text, "本文の一行目。");
+}
+
 // くの字点, written across two characters as ／＼ and ／″＼, becomes 〳〵 and 〴〵.
 TEST(CorpusAozora, KunojitenBecomesItsCharacters) {
   const ctrl::AozoraText t = ctrl::aozora_to_text("［＃ここから本文］いろ／＼な事が、だん／″＼と。");

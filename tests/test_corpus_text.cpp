@@ -1,5 +1,6 @@
 // Plain text, JSON lines, byte streams and source dispatch (files, directories, globs).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -35,6 +36,34 @@ TEST(CorpusText, PlainTextFileIsOneDocumentAndBadBytesAreWarnings) {
   EXPECT_EQ(c.stats.warnings, 1u);
   ctrl::write_file_atomically(dir + "/empty.txt", "");
   EXPECT_EQ(read_path(dir + "/empty.txt").stats.dropped.at("empty"), 1u);
+}
+
+// What ctrl cannot read is named for what it is, not read as binary or as
+// garbled Shift_JIS: other compressions, UTF-16, a pipe, an empty directory.
+TEST(CorpusText, UnreadableKindsAreNamed) {
+  const std::string dir = temp_dir("kinds");
+  auto error_of = [](const std::string& path) {
+    try {
+      read_path(path);
+    } catch (const ctrl::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ctrl::write_file_atomically(dir + "/a.xml.gz", std::string("\x1F\x8B\x08\x00\x00\x00", 6));
+  EXPECT_EQ(error_of(dir + "/a.xml.gz"),
+            dir +
+                "/a.xml.gz: gzip-compressed (gunzip it first); ctrl reads UTF-8 or Shift_JIS text, plain or "
+                "bz2-compressed");
+  ctrl::write_file_atomically(dir + "/u.txt", std::string("\xFF\xFE\x42\x30", 4));  // UTF-16LE あ
+  EXPECT_NE(error_of(dir + "/u.txt").find("UTF-16 text"), std::string::npos);
+  ctrl::make_directories(dir + "/empty");
+  ctrl::write_file_atomically(dir + "/empty/.hidden", "x");
+  EXPECT_EQ(error_of(dir + "/empty"),
+            dir + "/empty: no file to read (the directory is empty, or holds only hidden files)");
+  std::remove((dir + "/pipe").c_str());
+  ASSERT_EQ(mkfifo((dir + "/pipe").c_str(), 0600), 0);
+  EXPECT_NE(error_of(dir + "/pipe").find("not a regular file (a pipe or a device)"), std::string::npos);
 }
 
 TEST(CorpusText, JsonLinesWithControlCodesAndBadLines) {

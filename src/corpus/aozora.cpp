@@ -424,13 +424,15 @@ AozoraText aozora_to_text(std::string_view utf8) {
   // a first paragraph of long or many lines: there is no header.)
   size_t header_lines = 0;
   bool header_short = true;
-  while (header_lines < lines.size() && !is_blank(lines[header_lines]))
+  // (It also ends at the symbol block's rule, which some files put right under the title.)
+  auto header_line = [&](size_t j) { return !is_blank(lines[j]) && !starts_with(lines[j], "-----"); };
+  while (header_lines < lines.size() && header_line(header_lines))
     header_short = header_short && utf8_length(lines[header_lines++]) <= kMaxHeaderLineChars;
   if (!lines.empty() && !is_blank(lines[0]) && lines[0].find("［＃") == std::string_view::npos &&
       lines[0].find("《") == std::string_view::npos && header_lines <= kMaxHeaderLines && header_short) {
     result.title = std::string(lines[0]);
     if (lines.size() > 1 && !is_blank(lines[1])) result.author = std::string(lines[1]);
-    while (begin < lines.size() && !is_blank(lines[begin])) ++begin;
+    while (begin < lines.size() && header_line(begin)) ++begin;
   }
   // The 【テキスト中に現れる記号について】 block between two rules of hyphens.
   size_t k = begin;

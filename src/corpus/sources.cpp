@@ -5,11 +5,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <optional>
 
 #include "core/error.h"
 #include "core/file_io.h"
-#include "core/progress.h"
 #include "corpus/aozora.h"
 #include "corpus/text.h"
 #include "corpus/wikiextractor.h"
@@ -66,6 +64,7 @@ std::vector<std::string> expand_path(const std::string& path) {
   } else {
     fail(path + ": no such file or directory (expected a corpus file, directory or glob)");
   }
+  if (files.empty()) fail(path + ": no file to read (the directory is empty, or holds only hidden files)");
   std::sort(files.begin(), files.end());
   return files;
 }
@@ -106,6 +105,9 @@ const char* source_kind_name(SourceKind kind) {
 }
 
 SourceKind detect_source_kind(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))  // read twice (detection, then reading), and mapped: a pipe would give nothing
+    fail(path + ": not a regular file (a pipe or a device); save it to a file first");
   const std::string name = lower(fs::path(path).filename().string());
   ReadStats scratch;
   Warnings quiet(scratch, 0);
@@ -119,6 +121,18 @@ SourceKind detect_source_kind(const std::string& path) {
   }
   head.resize(got);
   if (ends_with(name, ".zip") || head.compare(0, 4, "PK\x03\x04") == 0) return SourceKind::kAozoraZip;
+  // Compressions other than bz2, and UTF-16, would read as binary or as garbled Shift_JIS.
+  for (const auto& [magic, what] : std::vector<std::pair<std::string, std::string>>{
+           {"\x1F\x8B", "gzip-compressed (gunzip it first)"},
+           {std::string("\xFD"
+                        "7zXZ\0",
+                        6),
+            "xz-compressed (unxz it first)"},
+           {"\x28\xB5\x2F\xFD", "zstd-compressed (unzstd it first)"},
+           {"\xFF\xFE", "UTF-16 text (iconv -f UTF-16 -t UTF-8 it first)"},
+           {"\xFE\xFF", "UTF-16 text (iconv -f UTF-16 -t UTF-8 it first)"}})
+    if (head.compare(0, magic.size(), magic) == 0)
+      fail(path + ": " + what + "; ctrl reads UTF-8 or Shift_JIS text, plain or bz2-compressed");
   std::string_view h = head;
   if (h.substr(0, 3) == "\xEF\xBB\xBF") h.remove_prefix(3);
   const size_t first = h.find_first_not_of(" \t\r\n");
@@ -186,7 +200,9 @@ ReadStats read_source(const SourceSpec& source, const ReaderOptions& options, co
       if (files.size() == 1) throw;
       ++failed;
       if (first_error.empty()) first_error = e.what();
-      warnings.warn(f, 0, std::string("unreadable, skipped: ") + e.what());
+      std::string why = e.what();  // without the file's name, which the warning starts with
+      if (why.rfind(f + ": ", 0) == 0) why.erase(0, f.size() + 2);
+      warnings.warn(f, 0, "unreadable, skipped: " + why);
       stats.drop("unreadable_file");
     }
     done_bytes += context.file_bytes;

@@ -220,6 +220,9 @@ void read_wikipedia_xml(ByteStream& stream, const std::string& file, ReadContext
         if (last && (code == XML_ERROR_NO_ELEMENTS || code == XML_ERROR_UNCLOSED_TOKEN))
           what = "XML ends before </mediawiki> (cut-off file?); pages read so far are kept";
         else what += "; pages read before it are kept";
+        if (stream.offset() !=
+            stream.raw_offset())  // libbz2 finds a damaged block only at its end: the XML breaks first
+          what += " (a damaged .bz2 reads as broken XML too: `bzip2 -t " + file + "` checks it)";
         context.warnings.warn(file, at, what);
         xml_error = true;
         if (state.in_page) context.stats.drop("truncated_page");

@@ -195,7 +195,8 @@ Tokenizer Tokenizer::from_bytes(const std::string& bytes, const std::string& nam
   Tokenizer t;
   t.path_ = name;
   const auto status = t.sp_->LoadFromSerializedProto(absl::string_view(bytes.data(), bytes.size()));
-  if (!status.ok()) fail(name + ": not a SentencePiece model: " + status.message());
+  // SentencePiece's message is its own source location and statement: not for a user.
+  if (!status.ok()) fail(name + ": not a SentencePiece model (expected a .model file from spm_train or ctrl prepare)");
   if (t.sp_->eos_id() < 0) fail(name + ": the SentencePiece model has no end-of-sentence piece </s>");
   return t;
 }
