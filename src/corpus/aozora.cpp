@@ -71,12 +71,6 @@ class Converter {
   iconv_t cd_;
 };
 
-bool is_valid_utf8(std::string_view s) {
-  uint64_t bad = 0;
-  sanitize_utf8(s, &bad);
-  return bad == 0;
-}
-
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
 // Code points of valid UTF-8.
@@ -392,7 +386,7 @@ std::string decode_japanese_bytes(std::string_view raw, uint64_t* bad_bytes, uin
 bool looks_like_aozora(std::string_view utf8) {
   for (std::string_view marker : {"［＃", "底本：", "【テキスト中に現れる記号について】"})
     if (utf8.find(marker) != std::string_view::npos) return true;
-  // Ruby: 《…》 holding only kana after some text. 《論語》 names a book.
+  // Ruby: 《…》 holding only kana (a reading); 《論語》 names a book.
   for (size_t open = utf8.find("《"); open != std::string_view::npos; open = utf8.find("《", open + 1)) {
     const size_t close = utf8.find("》", open);
     if (close == std::string_view::npos) break;
