@@ -54,6 +54,8 @@ TEST(HuggingFace, ExportThenImportKeepsEveryParameterAndTheControlCodes) {
   import_hf(dir, second, {}, "");  // codes come back from config.json's control_codes
   Checkpoint a(first), b(second);
   ASSERT_EQ(b.contents().codes.size(), 2u);
+  EXPECT_EQ(b.contents().codes[0].name, "Wiki");  // in the exported order, not sorted
+  EXPECT_EQ(b.contents().codes[1].name, "Books");
   auto ops = test_support::make_test_ops();
   Model ma(a.config().model, *ops, 0), mb(b.config().model, *ops, 0);
   a.load_parameters(ma);

@@ -174,14 +174,15 @@ class HfWeights {
 };
 
 // A config.json field that must be an integer: 2.7 layers is a broken file, not 2.
-int64_t integer_field(const nlohmann::json& hf, const std::string& name, const std::string& path) {
+int64_t integer_field(const nlohmann::ordered_json& hf, const std::string& name, const std::string& path) {
   if (!hf.contains(name)) fail(path + ": no \"" + name + "\" (expected an integer)");
-  const nlohmann::json& v = hf[name];
+  const nlohmann::ordered_json& v = hf[name];
   if (!v.is_number_integer()) fail(path + ": \"" + name + "\" is " + v.dump() + ", expected an integer");
   return v.get<int64_t>();
 }
 
-double number_field(const nlohmann::json& hf, const std::string& name, double fallback, const std::string& path) {
+double number_field(const nlohmann::ordered_json& hf, const std::string& name, double fallback,
+                    const std::string& path) {
   if (!hf.contains(name)) return fallback;
   if (!hf[name].is_number()) fail(path + ": \"" + name + "\" is " + hf[name].dump() + ", expected a number");
   return hf[name].get<double>();
@@ -195,9 +196,9 @@ void import_hf(const std::string& dir, const std::string& checkpoint_path, const
   if (std::filesystem::exists(checkpoint_path))
     fail(checkpoint_path + ": exists; choose another --out (import writes a new file)");
   const std::string config_path = dir + "/config.json";
-  nlohmann::json hf;
+  nlohmann::ordered_json hf;  // in file order: control_codes come back in the order exported
   try {
-    hf = nlohmann::json::parse(read_file(config_path));
+    hf = nlohmann::ordered_json::parse(read_file(config_path));
   } catch (const nlohmann::json::exception& e) {
     fail(config_path + ": not valid JSON: " + e.what());
   }
@@ -240,7 +241,7 @@ void import_hf(const std::string& dir, const std::string& checkpoint_path, const
   contents.config = c;
   contents.codes = codes;
   if (codes.empty() && hf.contains("control_codes")) {
-    const nlohmann::json& given = hf["control_codes"];
+    const nlohmann::ordered_json& given = hf["control_codes"];
     if (!given.is_object())
       fail(config_path + ": \"control_codes\" is " + given.dump().substr(0, 60) +
            ", expected an object {\"Name\": token id}");
