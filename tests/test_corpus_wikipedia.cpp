@@ -197,4 +197,34 @@ TEST(CorpusWikipedia, MinimalExportWithAllPageKinds) {
   EXPECT_EQ(stats.warnings, 0u);
 }
 
+// Two dump parts joined with `cat` are two XML documents in one file: the
+// second is read on, with or without its XML declaration, across the reader's
+// 1 MiB buffers. Anything else after the first document stays an error.
+TEST(CorpusWikipedia, ConcatenatedDumpPartsAreAllRead) {
+  auto part = [](const std::string& title, const std::string& padding) {
+    return "<mediawiki><page><title>" + title + "</title><ns>0</ns><revision><text>" + title + " は記事の本文です。" +
+           padding + "</text></revision></page></mediawiki>\n";
+  };
+  auto read = [](const std::string& xml, ctrl::ReadStats& stats) {
+    ctrl::Warnings warnings(stats, 0);
+    std::vector<ctrl::Document> docs;
+    ctrl::DocumentSink sink = [&](ctrl::Document&& d) { docs.push_back(std::move(d)); };
+    ctrl::ReadContext context{"Wiki", {}, stats, warnings, sink};
+    auto stream = ctrl::memory_byte_stream(xml, "mem", warnings);
+    ctrl::read_wikipedia_xml(*stream, "mem", context);
+    return docs;
+  };
+  const std::string declaration = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  for (const std::string& padding : {std::string(), std::string((1 << 20) - 100, 'x')}) {
+    ctrl::ReadStats stats;
+    const auto docs = read(part("A", padding) + part("B", "") + declaration + part("C", ""), stats);
+    ASSERT_EQ(docs.size(), 3u) << padding.size();
+    EXPECT_EQ(docs[2].text.rfind("C は記事の本文です。", 0), 0u) << docs[2].text;
+    EXPECT_EQ(stats.warnings, 0u);
+  }
+  ctrl::ReadStats stats;
+  EXPECT_EQ(read(part("A", "") + "trailing junk", stats).size(), 1u);
+  EXPECT_EQ(stats.warnings, 1u);
+}
+
 }  // namespace

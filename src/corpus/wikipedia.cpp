@@ -198,24 +198,51 @@ void XMLCALL on_text(void* user, const XML_Char* s, int len) {
 
 }  // namespace
 
+// Whether bytes (perhaps cut short) begin another XML document: a second dump
+// part appended with `cat`, which expat calls junk after the first.
+bool starts_another_document(std::string_view rest) {
+  const size_t first = rest.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return false;
+  rest.remove_prefix(first);
+  for (std::string_view start : {std::string_view("<?xml"), std::string_view("<mediawiki")})
+    if (rest.substr(0, start.size()) == start.substr(0, std::min(start.size(), rest.size()))) return true;
+  return false;
+}
+
 void read_wikipedia_xml(ByteStream& stream, const std::string& file, ReadContext& context) {
   PagePipeline pipeline(context.threads(), file, context);
   ParserState state;
   state.pipeline = &pipeline;
-  XML_Parser parser = XML_ParserCreate("UTF-8");
-  if (!parser) fail(file + ": cannot create an XML parser");
-  XML_SetUserData(parser, &state);
-  XML_SetElementHandler(parser, on_start, on_end);
-  XML_SetCharacterDataHandler(parser, on_text);
+  XML_Parser parser = nullptr;
+  uint64_t parser_start = 0;  // the stream offset where the current document (dump part) began
+  auto new_parser = [&] {
+    if (parser) XML_ParserFree(parser);
+    parser = XML_ParserCreate("UTF-8");
+    if (!parser) fail(file + ": cannot create an XML parser");
+    XML_SetUserData(parser, &state);
+    XML_SetElementHandler(parser, on_start, on_end);
+    XML_SetCharacterDataHandler(parser, on_text);
+  };
+  new_parser();
   std::vector<char> buffer(1 << 20);
   bool xml_error = false;
   try {
     for (;;) {
       const size_t n = stream.read(buffer.data(), buffer.size());
       const bool last = n == 0;
-      if (XML_Parse(parser, buffer.data(), static_cast<int>(n), last) != XML_STATUS_OK) {
-        const uint64_t at = static_cast<uint64_t>(XML_GetCurrentByteIndex(parser));
+      const uint64_t buffer_start = stream.offset() - n;
+      size_t from = 0;  // where in the buffer the current parser starts
+      while (XML_Parse(parser, buffer.data() + from, static_cast<int>(n - from), last) != XML_STATUS_OK) {
+        const uint64_t at = parser_start + static_cast<uint64_t>(XML_GetCurrentByteIndex(parser));
         const XML_Error code = XML_GetErrorCode(parser);
+        const size_t in_buffer = at >= buffer_start ? size_t(at - buffer_start) : n;
+        if ((code == XML_ERROR_JUNK_AFTER_DOC_ELEMENT || code == XML_ERROR_MISPLACED_XML_PI) && !state.in_page &&
+            in_buffer < n && starts_another_document(std::string_view(buffer.data() + in_buffer, n - in_buffer))) {
+          new_parser();  // the next dump part: read on
+          parser_start = at;
+          from = in_buffer;
+          continue;
+        }
         std::string what = std::string("XML error: ") + XML_ErrorString(code);
         if (last && (code == XML_ERROR_NO_ELEMENTS || code == XML_ERROR_UNCLOSED_TOKEN))
           what = "XML ends before </mediawiki> (cut-off file?); pages read so far are kept";
@@ -228,7 +255,7 @@ void read_wikipedia_xml(ByteStream& stream, const std::string& file, ReadContext
         if (state.in_page) context.stats.drop("truncated_page");
         break;
       }
-      if (last) break;
+      if (last || xml_error) break;
     }
   } catch (...) {
     XML_ParserFree(parser);
