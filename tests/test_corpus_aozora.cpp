@@ -180,6 +180,22 @@ TEST(CorpusAozora, SymbolBlockRightUnderTheTitleIsRemoved) {
   EXPECT_EQ(t.text, "本文の一行目。");
 }
 
+// A long work without ruby or annotations shows Aozora's notation only in its
+// 底本 footer, past the first 64 KiB that detection reads: the tail is read too.
+TEST(CorpusAozora, ALongWorkIsKnownByItsFooter) {
+  const std::string dir = ::testing::TempDir() + "/corpus_aozora_long";
+  ctrl::make_directories(dir);
+  std::string body;
+  while (body.size() < (100u << 10)) body += "吾輩は猫である。名前はまだ無い。\n";
+  ctrl::write_file_atomically(dir + "/long.txt", "題名\n著者\n\n" + body + "\n底本：「全集」出版社\n入力：誰か\n");
+  EXPECT_EQ(ctrl::detect_source_kind(dir + "/long.txt"), ctrl::SourceKind::kAozoraText);
+  const auto docs = read_path(dir + "/long.txt");
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0].title, "題名");
+  EXPECT_EQ(docs[0].text.find("底本"), std::string::npos);
+  EXPECT_EQ(docs[0].text.rfind("吾輩は猫である。", 0), 0u);
+}
+
 // くの字点, written across two characters as ／＼ and ／″＼, becomes 〳〵 and 〴〵.
 TEST(CorpusAozora, KunojitenBecomesItsCharacters) {
   const ctrl::AozoraText t = ctrl::aozora_to_text("［＃ここから本文］いろ／＼な事が、だん／″＼と。");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -104,6 +105,9 @@ const char* source_kind_name(SourceKind kind) {
   return "?";
 }
 
+// Aozora Bunko's footer (底本, 入力, 校正, 青空文庫作成ファイル) is within this much of a file's end.
+constexpr uint64_t kAozoraTailBytes = 16 << 10;
+
 SourceKind detect_source_kind(const std::string& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))  // read twice (detection, then reading), and mapped: a pipe would give nothing
@@ -146,9 +150,23 @@ SourceKind detect_source_kind(const std::string& path) {
     return SourceKind::kJsonLines;
   }
   if (ends_with(name, ".jsonl") || ends_with(name, ".json") || ends_with(name, ".ndjson")) return SourceKind::kJsonLines;
-  // Japanese text in either encoding: Aozora Bunko's when it has its notation.
+  // Japanese text in either encoding: Aozora Bunko's when it has its notation,
+  // at its start or in the 底本 footer at its end (a long work without ruby or
+  // annotations has only that). The tail is read only of an uncompressed file.
   uint64_t bad = 0;
-  return looks_like_aozora(decode_japanese_bytes(h, &bad)) ? SourceKind::kAozoraText : SourceKind::kPlainText;
+  if (looks_like_aozora(decode_japanese_bytes(h, &bad))) return SourceKind::kAozoraText;
+  const uint64_t size = fs::file_size(path, ec);
+  if (!ec && size > head.size() && stream->offset() == stream->raw_offset()) {
+    std::ifstream file(path, std::ios::binary);
+    std::string tail(kAozoraTailBytes, '\0');
+    file.seekg(std::streamoff(size - kAozoraTailBytes));
+    file.read(tail.data(), std::streamsize(tail.size()));
+    tail.resize(size_t(file.gcount()));
+    const std::string text = decode_japanese_bytes(tail, &bad);
+    if (text.find("底本：") != std::string::npos || text.find("青空文庫作成ファイル") != std::string::npos)
+      return SourceKind::kAozoraText;
+  }
+  return SourceKind::kPlainText;
 }
 
 void read_file_of_kind(const std::string& path, SourceKind kind, ReadContext& context) {
