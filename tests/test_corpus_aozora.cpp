@@ -196,6 +196,16 @@ TEST(CorpusAozora, ALongWorkIsKnownByItsFooter) {
   EXPECT_EQ(docs[0].text.rfind("吾輩は猫である。", 0), 0u);
 }
 
+// A first paragraph of long lines is body text, not a title block (the
+// fuzzer's input once looped here forever).
+TEST(CorpusAozora, ALongFirstParagraphIsBodyText) {
+  std::string long_line;
+  for (int i = 0; i < 40; ++i) long_line += "長い一行目です。";
+  const ctrl::AozoraText t = ctrl::aozora_to_text(long_line + "\n二行目\n三行目\n\n本文《ほんぶん》。\n");
+  EXPECT_EQ(t.title, "");
+  EXPECT_EQ(t.text, long_line + "\n二行目\n三行目\n\n本文。");
+}
+
 // くの字点, written across two characters as ／＼ and ／″＼, becomes 〳〵 and 〴〵.
 TEST(CorpusAozora, KunojitenBecomesItsCharacters) {
   const ctrl::AozoraText t = ctrl::aozora_to_text("［＃ここから本文］いろ／＼な事が、だん／″＼と。");

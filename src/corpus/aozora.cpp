@@ -420,8 +420,8 @@ AozoraText aozora_to_text(std::string_view utf8) {
   bool header_short = true;
   // (It also ends at the symbol block's rule, which some files put right under the title.)
   auto header_line = [&](size_t j) { return !is_blank(lines[j]) && !starts_with(lines[j], "-----"); };
-  while (header_lines < lines.size() && header_line(header_lines))
-    header_short = header_short && utf8_length(lines[header_lines++]) <= kMaxHeaderLineChars;
+  for (; header_lines < lines.size() && header_line(header_lines); ++header_lines)
+    if (utf8_length(lines[header_lines]) > kMaxHeaderLineChars) header_short = false;
   if (!lines.empty() && !is_blank(lines[0]) && lines[0].find("［＃") == std::string_view::npos &&
       lines[0].find("《") == std::string_view::npos && header_lines <= kMaxHeaderLines && header_short) {
     result.title = std::string(lines[0]);
