@@ -287,6 +287,37 @@ TEST(RunLifecycle, OneTrainingAtATimePerRunDirectory) {
   EXPECT_EQ(again.state().step, 3);
 }
 
+// A run whose directory is removed while it trains, and a new run started at
+// the same path, never meet: the first stops before its next step or
+// checkpoint, since its lock is no longer the path's (its checkpoints once
+// landed in the new run and its pruning deleted the new run's).
+TEST(RunLifecycle, ARunWhoseDirectoryIsReplacedStops) {
+  Config c = small_config(8);
+  c.train.checkpoint_every = 2;
+  TrainerOptions o{fresh_dir("replaced"), false, true};
+  o.before_step = [&](int64_t step, int) {
+    if (step != 3) return;
+    fs::remove_all(o.run_dir);  // as `rm -rf RUN`, then another run's directory at the path
+    make_directories(o.run_dir + "/checkpoints");
+    write_file_atomically(o.run_dir + "/train.lock", "another run");
+  };
+  Trainer t(c, o);
+  const std::string message = test_support::error_of([&] { t.run(); });
+  EXPECT_EQ(message, o.run_dir + ": the run directory was removed or replaced while this training ran (" + o.run_dir +
+                         "/train.lock is not its lock any more); stopping without writing there");
+  EXPECT_TRUE(names_in(o.run_dir + "/checkpoints").empty()) << "nothing written into the new directory";
+}
+
+// --resume of a run directory that is not there refuses without creating it.
+TEST(RunLifecycle, ResumeOfAMissingRunCreatesNothing) {
+  TrainerOptions o{fresh_dir("missing") + "/nowhere", true, true};
+  const std::string message = test_support::error_of([&] { Trainer(small_config(2), o); });
+  EXPECT_EQ(message, o.run_dir +
+                         ": --resume given but there is no such run directory (without --resume, a new run "
+                         "starts there)");
+  EXPECT_FALSE(fs::exists(o.run_dir));
+}
+
 // The temporaries of a run killed while writing a checkpoint (and of other
 // files) are removed when the next training takes the directory, with a note.
 TEST(RunLifecycle, LeftoverTemporariesAreRemovedAtTheNextStart) {
@@ -377,7 +408,7 @@ TEST(RunLifecycle, FailedMetricsAndCheckpointWritesAreOneError) {
   const std::string dir = fresh_dir("full_both");
   make_directories(dir);
   fs::create_symlink("/dev/full", dir + "/metrics.jsonl");
-  const std::string cmd = "bash -c \"trap '' XFSZ; ulimit -f 64; exec " +
+  const std::string cmd = "bash -c \"ulimit -f 64; exec " +
                           train_command(dir, "--set train.steps=7 --set train.checkpoint_every=5") + "\" 2>" + dir +
                           ".err";
   const int status = std::system(cmd.c_str());
@@ -391,6 +422,36 @@ TEST(RunLifecycle, FailedMetricsAndCheckpointWritesAreOneError) {
   for (const auto& name : names_in(dir + "/checkpoints")) ADD_FAILURE() << "left behind: " << name;
 }
 
+// A file size limit (ulimit -f) that only the checkpoint exceeds: ctrl
+// ignores SIGXFSZ (which killed it with no word, status 153), so the write
+// fails with its reason and training stops in one line that says where, what
+// is kept and how to go on; the earlier checkpoint stays.
+TEST(RunLifecycle, AFailedCheckpointStopsWithItsReason) {
+  const std::string dir = fresh_dir("file_size_limit");
+  make_directories(dir);
+  // A checkpoint of this model with its AdamW state is about 300 KiB: over a 64 KiB limit.
+  std::string out;
+  ASSERT_EQ(
+      test_support::run_shell(train_command(dir, "--set train.steps=2 --set train.checkpoint_every=2") + " 2>&1", &out),
+      0)
+      << out;
+  const std::string cmd = "bash -c \"ulimit -f 64; exec " +
+                          train_command(dir, "--resume --set train.steps=6 --set train.checkpoint_every=2") + "\" 2>&1";
+  const int status = test_support::run_shell(cmd, &out);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_TRUE(contains(out,
+                       "step-00000004.ckpt: write failed: File too large; training stopped after step 4 of 6, "
+                       "the last checkpoint " +
+                           dir +
+                           "/checkpoints/step-00000002.ckpt kept (free space, then "
+                           "continue with --resume)"))
+      << out;
+  EXPECT_EQ(list_checkpoints(dir).size(), 1u);
+  for (const auto& name : names_in(dir + "/checkpoints"))
+    EXPECT_EQ(name, "step-00000002.ckpt") << "left behind: " << name;
+}
+
 // `ctrl export hf` builds the directory aside: on a failed write (file size
 // limit) nothing is left, neither an empty directory nor weights without
 // config.json; an earlier export is replaced whole; other directories are refused.
@@ -399,8 +460,8 @@ TEST(RunLifecycle, ExportIsAllOrNothing) {
   TrainerOptions o{dir + "/run", false, true};
   Trainer(small_config(1), o).run();
   const std::string ckpt = checkpoint_path(o.run_dir, 1), out = dir + "/hf";
-  const std::string cmd = "bash -c \"trap '' XFSZ; ulimit -f 16; exec " + test_support::ctrl_binary() +
-                          " export hf --model " + ckpt + " --out " + out + "\" 2>" + dir + "/err";
+  const std::string cmd = "bash -c \"ulimit -f 16; exec " + test_support::ctrl_binary() + " export hf --model " + ckpt +
+                          " --out " + out + "\" 2>" + dir + "/err";
   const int status = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(status), 1);
   EXPECT_TRUE(contains(read_file(dir + "/err"), "model.safetensors: write failed")) << read_file(dir + "/err");

@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -50,6 +51,11 @@ static void reexec_with_short_spin(char** argv) {
 
 int main(int argc, char** argv) {
   reexec_with_short_spin(argv);
+  // A file size limit (ulimit -f) past which a write would kill the process
+  // with SIGXFSZ and no word: ignored, the write fails with EFBIG instead and
+  // is reported as every failed write is (the file named, the temporary
+  // removed, a run stopped with its last checkpoint).
+  std::signal(SIGXFSZ, SIG_IGN);
   ctrl::install_signal_thread();  // before any other thread (core/signals.h)
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {

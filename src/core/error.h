@@ -3,8 +3,10 @@
 // place and what was expected; the CLI prints it and exits non-zero.
 // Internal invariants use CTRL_ASSERT, which stays on in release builds.
 #pragma once
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -15,6 +17,13 @@ struct Error : std::runtime_error {
 };
 
 [[noreturn]] inline void fail(const std::string& message) { throw Error(message); }
+
+// A failed write to `path`, with the system's reason (errno, as the failing
+// fwrite/fclose left it): "No space left on device", "File too large", ...
+[[noreturn]] inline void fail_write(const std::string& path) {
+  const int e = errno;
+  fail(path + ": write failed: " + (e ? std::strerror(e) : "unknown error (disk full?)"));
+}
 
 }  // namespace ctrl
 

@@ -170,6 +170,7 @@ void SafetensorsWriter::write(const std::string& path) const {
   while ((h.size() + 8) % 8 != 0) h.push_back(' ');
   write_file_atomically(path, [&](std::FILE* f) {
     const uint64_t len = h.size();
+    errno = 0;
     bool ok = std::fwrite(&len, 8, 1, f) == 1 && std::fwrite(h.data(), 1, h.size(), f) == h.size();
     uint32_t crc = 0;
     for (const auto& e : entries_) {
@@ -193,7 +194,7 @@ void SafetensorsWriter::write(const std::string& path) const {
       final_header.resize(h.size(), ' ');
       ok = std::fseek(f, 8, SEEK_SET) == 0 && std::fwrite(final_header.data(), 1, h.size(), f) == h.size();
     }
-    if (!ok) fail(path + ": write failed (disk full?)");
+    if (!ok) fail_write(path);
   });
 }
 

@@ -52,8 +52,7 @@ struct CodeSpool {
 
 void write_record(CodeSpool& spool, const std::string& text) {
   const uint32_t n = uint32_t(text.size());
-  if (std::fwrite(&n, 4, 1, spool.file) != 1 || std::fwrite(text.data(), 1, n, spool.file) != n)
-    fail(spool.path + ": write failed (disk full?)");
+  if (std::fwrite(&n, 4, 1, spool.file) != 1 || std::fwrite(text.data(), 1, n, spool.file) != n) fail_write(spool.path);
   spool.bytes += n;
 }
 
@@ -324,7 +323,7 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
       fail(inputs[s].control_code + "=" + inputs[s].description + ": no documents in this source");
   }
   for (auto& spool : spools)
-    if (std::fclose(spool.file) != 0) fail(spool.path + ": write failed (disk full?)");
+    if (std::fclose(spool.file) != 0) fail_write(spool.path);
   if (spools.empty()) {
     std::string reasons;
     for (const auto& src : summary.sources)

@@ -46,7 +46,7 @@ void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, u
   write_file_atomically(path, [&](std::FILE* f) {
     if (std::fwrite(&h, sizeof h, 1, f) != 1 ||
         (!body.empty() && std::fwrite(body.data(), 1, body.size(), f) != body.size()))
-      fail(path + ": write failed (disk full?)");
+      fail_write(path);
   });
 }
 

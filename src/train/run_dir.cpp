@@ -48,6 +48,16 @@ std::string read_lock_holder(int fd) {
 
 }  // namespace
 
+void RunDir::check_still_ours() const {
+  struct stat held {
+  }, now{};
+  const std::string lock = dir_ + "/train.lock";
+  if (fstat(lock_fd_, &held) != 0 || stat(lock.c_str(), &now) != 0 || held.st_dev != now.st_dev ||
+      held.st_ino != now.st_ino)
+    fail(dir_ + ": the run directory was removed or replaced while this training ran (" + lock +
+         " is not its lock any more); stopping without writing there");
+}
+
 RunDir::RunDir(const std::string& dir) : dir_(dir) {
   make_directories(dir_ + "/checkpoints");
   const std::string lock = dir_ + "/train.lock";

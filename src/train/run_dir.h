@@ -26,6 +26,10 @@ class RunDir {
   RunDir& operator=(const RunDir&) = delete;
 
   const std::string& path() const { return dir_; }
+  // Fails when dir/train.lock is no longer the file this run locked: the
+  // directory was removed (and perhaps a new run started at its path) while
+  // training, so nothing more may be written there.
+  void check_still_ours() const;
   std::string metrics_path() const { return dir_ + "/metrics.jsonl"; }
   // metrics.jsonl exists and is not empty: an earlier run logged steps here.
   bool has_metrics() const;

@@ -143,6 +143,11 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
     own_comm_ = make_single_communicator();
     comm_ = own_comm_.get();
   }
+  // Nothing is created for a resume of a run that is not there (a mistyped --out).
+  if (options_.resume && comm_->rank() == 0 && !std::filesystem::is_directory(options_.run_dir))
+    fail(options_.run_dir +
+         ": --resume given but there is no such run directory (without --resume, a new run starts "
+         "there)");
   if (options_.resume) inherit_run_settings(options_.run_dir, config_, *comm_);
   // config.json and the checkpoints record absolute paths: a resume from another directory finds them.
   for (std::string* path : {&config_.train.data, &config_.train.teacher})
@@ -503,6 +508,7 @@ void Trainer::evaluate() {
 }
 
 void Trainer::save() {
+  if (writer()) run_dir_->check_still_ours();  // a checkpoint of this run never lands in another run's directory
   contents_.state = state_;
   OptimizerState optimizer_state = full_state(*optimizer_);
   std::vector<std::unique_ptr<ShardStream>> streams;
@@ -573,6 +579,7 @@ void Trainer::run() {
   if (!options_.quiet && writer()) print_start();
   StopSignals signals;
   while (state_.step < t.steps) {
+    if (writer()) run_dir_->check_still_ours();
     if (options_.before_step) options_.before_step(state_.step + 1, comm_->rank());
     train_step();
     const std::string adapted = ops_->between_steps();
@@ -580,17 +587,33 @@ void Trainer::run() {
       std::fprintf(stderr, "note: rank %d after step %lld: %s\n", comm_->rank(), static_cast<long long>(state_.step),
                    adapted.c_str());
     if (t.eval_every > 0 && state_.step % t.eval_every == 0) evaluate();
-    if (t.checkpoint_every > 0 && state_.step % t.checkpoint_every == 0) save();
+    if (t.checkpoint_every > 0 && state_.step % t.checkpoint_every == 0) save_or_stop();
     const StopRequest stop =
         agree_on_stop(*comm_, StopSignals::requested(), writer() && !run_dir_->metrics_error().empty());
     if (stop.any()) return stop_early(stop);
   }
-  if (t.checkpoint_every == 0 || state_.step % t.checkpoint_every != 0) save();
+  if (t.checkpoint_every == 0 || state_.step % t.checkpoint_every != 0) save_or_stop();
   if (t.eval_every > 0 && state_.step % t.eval_every != 0) evaluate();
   if (writer() && !run_dir_->metrics_error().empty())  // the final evaluation's line
     fail(run_dir_->metrics_error() + "; training finished, checkpoint " + checkpoint_path(options_.run_dir, state_.step) +
          " written");
   if (writer()) draw_loss_curve(options_.run_dir);
+}
+
+// A checkpoint that cannot be written (disk full, a file size limit) ends
+// training as a failed metrics write does: what failed, where training
+// stopped, what is kept, and how to go on.
+void Trainer::save_or_stop() {
+  try {
+    save();
+  } catch (const Error& e) {
+    if (!writer()) throw;
+    const std::vector<std::string> kept = list_checkpoints(options_.run_dir);
+    fail(std::string(e.what()) + "; training stopped after step " + std::to_string(state_.step) + " of " +
+         std::to_string(config_.train.steps) + ", " +
+         (kept.empty() ? "with no checkpoint" : "the last checkpoint " + kept.back() + " kept") +
+         " (free space, then continue with --resume)");
+  }
 }
 
 // After a signal or a failed metrics write: the step just done is saved (if

@@ -65,6 +65,7 @@ class Trainer {
   bool update_loss_scale(bool finite);
   void evaluate();
   void save();
+  void save_or_stop();
   void stop_early(const StopRequest& stop);
   void log_step(double loss, double lr, double norm, double step_seconds, double kl);
   bool writer() const { return comm_->rank() == 0; }
