@@ -232,7 +232,7 @@ TEST(Profiler, ReadsTheDeviceClockOfAnAsynchronousBackend) {
   for (int i = 0; i < 5000; ++i) ops->scale(x.data(), x.size(), 1.0f);
   ops->fill(x.data(), x.size(), 0.0f);
   EXPECT_EQ(clock->resets, 1);  // one batch read while running (4,096 ops), the rest by the report
-  const std::string report = profile_report(*ops);
+  const std::string report = profile_report(profile_times(*ops));
   EXPECT_EQ(clock->resets, 2);
   EXPECT_NE(report.find("scale                    5000      5.000"), std::string::npos) << report;
   EXPECT_NE(report.find("fill                        1      0.001"), std::string::npos) << report;
@@ -254,7 +254,7 @@ TEST(Profiler, ABackendErrorInTheTimingIsReportedNotFatal) {
   ops->fill(x.data(), 16, 1.0f);  // its timing waits, and the wait throws
   ops->fill(x.data(), 16, 2.0f);
   try {
-    profile_report(*ops);
+    profile_times(*ops);
     FAIL() << "the profile report hid the backend's error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("device fault (stand-in)"), std::string::npos) << e.what();

@@ -403,6 +403,9 @@ TEST(BadInputConfig, TomlTypesMustBeTheFields) {
   EXPECT_ERROR(load_config(dir + "/name.toml"), "train.optimizer: expected a string");
   std::ofstream(dir + "/preset.toml") << "# a comment\npreset = \"huge\"\n";
   EXPECT_ERROR(load_config(dir + "/preset.toml"), "preset.toml:2: preset: unknown preset 'huge'");
+  std::ofstream(dir + "/preset_number.toml") << "preset = 5\n";  // was dropped: the run trained tiny
+  EXPECT_ERROR(load_config(dir + "/preset_number.toml"),
+               "preset_number.toml:1: preset: expected a string naming a preset");
   std::ofstream(dir + "/good.toml") << "[train]\nlr = 1\nbeta1 = 0.8\n";
   EXPECT_EQ(load_config(dir + "/good.toml").train.lr, 1.0);
   // Paths in a file are relative to the file; --set's stay as given (relative to where ctrl runs).

@@ -23,7 +23,7 @@ const char* kUsage =
     "it/s, tokens/s, achieved FLOP/s and its share of this machine's measured GEMM peak (of the\n"
     "precision, --set train.precision=bf16 for mixed precision),\n"
     "peak memory (and on a GPU its peak device memory), and the CPU and thread count.\n"
-    "--profile adds the time spent in each op.\n"
+    "--profile adds the time spent in each op over the timed steps (a table, or \"profile\" in --json).\n"
     "--teacher CKPT (train.teacher) times distillation steps, as ctrl train --teacher runs them: the\n"
     "teacher's forward counts in the executed FLOP/s and its memory in the planned figures.\n"
     "bf16 on a CPU also times training steps of the model in bf16 and in fp32 (cut to the layers that\n"
@@ -67,6 +67,7 @@ int run(const std::vector<std::string>& argv) {
   int64_t thread_changes = 0;
   int most_threads = ops->threads();  // the CPU run's per-thread memory grows with it
   for (int64_t s = 0; s < warmup + steps; ++s) {
+    if (s == warmup) profile_clear(*ops);  // the profile covers the timed steps only
     const auto start = std::chrono::steady_clock::now();
     loss = synthetic.step();
     const std::string adapted = ops->between_steps();  // as the trainer does, inside the timing
@@ -79,7 +80,7 @@ int run(const std::vector<std::string>& argv) {
   }
   // Training's peak and profile, read before the GEMM peak and the bf16 probe below run their own.
   const uint64_t peak_rss = peak_rss_bytes(), peak_device = ops->peak_device_bytes();
-  const std::string profile = args.has("profile") ? profile_report(*ops) : "";
+  const std::vector<OpTime> profile = args.has("profile") ? profile_times(*ops) : std::vector<OpTime>{};
   const double tokens_per_s = double(steps * B * T) / seconds;
   // Model FLOPs (the MFU basis) and what the hardware ran, recomputation included.
   const double flops = train_flops_per_token(m) * tokens_per_s;
@@ -152,6 +153,12 @@ int run(const std::vector<std::string>& argv) {
     advice = plan::bf16_slower_advice(times, ops->bf16_path());
     if (!advice.empty()) j["precision_advice"] = advice;
   }
+  if (args.has("profile")) {  // the timed steps' ops, slowest first
+    nlohmann::ordered_json ops_json = nlohmann::ordered_json::array();
+    for (const OpTime& r : profile)
+      ops_json.push_back({{"op", r.op}, {"calls", r.calls}, {"seconds", r.seconds}, {"share", r.share}});
+    j["profile"] = ops_json;
+  }
   if (args.has("json")) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -185,8 +192,9 @@ int run(const std::vector<std::string>& argv) {
     if (!note.empty()) std::printf("  note: %s\n", note.c_str());
     if (!advice.empty()) std::printf("  advice: %s\n", advice.c_str());
   }
-  if (args.has("profile"))
-    std::printf("\ntime per op over all %lld steps:\n%s", static_cast<long long>(warmup + steps), profile.c_str());
+  if (args.has("profile") && !args.has("json"))
+    std::printf("\ntime per op over the %lld timed steps:\n%s", static_cast<long long>(steps),
+                profile_report(profile).c_str());
   return 0;
 }
 

@@ -183,9 +183,13 @@ Config load_config(const std::string& source) {
     fail(source + ":" + std::to_string(r.line) + ":" + std::to_string(r.column) + ": invalid TOML: " +
          std::string(e.description()));
   }
-  // A file may start from a preset ("preset = 'small'") and change fields.
+  // A file may start from a preset ("preset = 'small'") and change fields;
+  // without one it starts from tiny's.
   Config c = preset("tiny");
-  if (auto p = tbl["preset"].value<std::string>()) {
+  if (const toml::node* node = tbl.get("preset"); node && !node->is_string())
+    fail(source + ":" + std::to_string(node->source().begin.line) + ": preset: expected a string naming a preset (" +
+         preset_list() + ")");
+  if (auto p = tbl["preset"].value_exact<std::string>()) {
     try {
       c = preset(*p);
     } catch (const Error& e) {

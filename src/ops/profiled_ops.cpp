@@ -33,6 +33,12 @@ class ProfiledOps final : public OpsDecorator {
     if (!failed_.empty()) throw Error("the op profile stopped at a backend error: " + failed_);
     return entries_;
   }
+  // Forgets what was timed so far (the untimed warm-up steps, whose first
+  // calls carry one-off set-up), after reading pending marks.
+  void clear() {
+    entries();
+    entries_.clear();
+  }
 
  protected:
   void enter(const char*) override {
@@ -87,19 +93,26 @@ std::unique_ptr<Ops> make_profiled_ops(std::unique_ptr<Ops> inner) {
   return std::make_unique<ProfiledOps>(std::move(inner));
 }
 
-std::string profile_report(Ops& ops) {
+void profile_clear(Ops& ops) {
+  if (auto* p = dynamic_cast<ProfiledOps*>(&ops)) p->clear();
+}
+
+std::vector<OpTime> profile_times(Ops& ops) {
   auto* p = dynamic_cast<ProfiledOps*>(&ops);
-  if (!p) return "";
-  const auto& entries = p->entries();
-  std::vector<std::pair<std::string, ProfiledOps::Entry>> rows(entries.begin(), entries.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  if (!p) return {};
+  std::vector<OpTime> rows;
   double total = 0;
-  for (const auto& r : rows) total += r.second.seconds;
+  for (const auto& [name, e] : p->entries()) rows.push_back({name, e.calls, e.seconds, 0}), total += e.seconds;
+  for (OpTime& r : rows) r.share = total > 0 ? r.seconds / total : 0;
+  std::sort(rows.begin(), rows.end(), [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
+  return rows;
+}
+
+std::string profile_report(const std::vector<OpTime>& rows) {
   std::string out = "op                      calls    seconds   share\n";
   char line[128];
-  for (const auto& [name, e] : rows) {
-    std::snprintf(line, sizeof line, "%-22s %6ld %10.3f %6.1f%%\n", name.c_str(), e.calls, e.seconds,
-                  total > 0 ? 100.0 * e.seconds / total : 0.0);
+  for (const OpTime& r : rows) {
+    std::snprintf(line, sizeof line, "%-22s %6ld %10.3f %6.1f%%\n", r.op.c_str(), r.calls, r.seconds, 100.0 * r.share);
     out += line;
   }
   return out;

@@ -4,13 +4,24 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ops/ops.h"
 
 namespace ctrl {
 
 std::unique_ptr<Ops> make_profiled_ops(std::unique_ptr<Ops> inner);
-// Table of op, calls, total seconds and share, slowest first.
-std::string profile_report(Ops& profiled);
+// Forgets the calls timed so far (bench: the warm-up steps).
+void profile_clear(Ops& profiled);
+
+struct OpTime {
+  std::string op;
+  long calls;
+  double seconds, share;  // share of all ops' seconds
+};
+// Every op's calls and time since the last clear, slowest first.
+std::vector<OpTime> profile_times(Ops& profiled);
+// As a table: op, calls, total seconds and share.
+std::string profile_report(const std::vector<OpTime>& rows);
 
 }  // namespace ctrl
