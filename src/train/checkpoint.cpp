@@ -322,8 +322,9 @@ std::unique_ptr<Checkpoint> open_teacher(const Config& config, const std::string
   const ModelConfig& tm = teacher->config().model;
   const std::string where = command + " --teacher " + path + ": ";
   if (tm.vocab_size != config.model.vocab_size)
-    fail(where + "the teacher's vocabulary has " + std::to_string(tm.vocab_size) + " tokens and the student's " +
-         std::to_string(config.model.vocab_size) + "; student and teacher must share the tokenizer");
+    fail(where + "the teacher's model.vocab_size is " + std::to_string(tm.vocab_size) + " and the student's " +
+         std::to_string(config.model.vocab_size) + "; the teacher's logits must cover the student's tokens one for " +
+         "one (--set model.vocab_size=" + std::to_string(tm.vocab_size) + ", with the teacher's tokenizer)");
   if (tm.n_ctx < config.model.n_ctx)
     fail(where + "the teacher's context is " + std::to_string(tm.n_ctx) + " tokens, shorter than the student's " +
          std::to_string(config.model.n_ctx) + " (set model.n_ctx <= " + std::to_string(tm.n_ctx) + ")");

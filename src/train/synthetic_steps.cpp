@@ -1,5 +1,7 @@
 #include "train/synthetic_steps.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -66,16 +68,21 @@ plan::Bf16StepTimes probe_bf16_steps(const Config& config, Ops& ops, double seco
   probe.layers =
       per_layer > 0 ? std::min(config.model.n_layer, 1 + int64_t((room - one) / per_layer)) : config.model.n_layer;
   bf16.model.n_layer = fp32.model.n_layer = probe.layers;
-  SyntheticSteps runs[2] = {SyntheticSteps(bf16, ops), SyntheticSteps(fp32, ops)};
   double best[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
-  double spent = 0;
-  for (int round = 0; round < 2 || spent < seconds; ++round)
-    for (int p = 0; p < 2; ++p) {
-      const auto start = std::chrono::steady_clock::now();
-      runs[p].step();
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (round > 0) best[p] = std::min(best[p], s), spent += s;  // round 0 warms up
-    }
+  {
+    SyntheticSteps runs[2] = {SyntheticSteps(bf16, ops), SyntheticSteps(fp32, ops)};
+    double spent = 0;
+    for (int round = 0; round < 2 || spent < seconds; ++round)
+      for (int p = 0; p < 2; ++p) {
+        const auto start = std::chrono::steady_clock::now();
+        runs[p].step();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (round > 0) best[p] = std::min(best[p], s), spent += s;  // round 0 warms up
+      }
+  }
+  // The two models' memory goes back to the system: `ctrl train` probes before
+  // it trains, and freed heap memory would otherwise stay in its RSS.
+  malloc_trim(0);
   probe.measured = true;
   probe.bf16_step_s = best[0];
   probe.fp32_step_s = best[1];
