@@ -57,6 +57,23 @@ TEST(Trainer, KeepsTheLastCheckpointsAndRefusesToOverwriteARun) {
   EXPECT_THROW(Trainer(c, o), Error);  // no --resume: the existing run is not overwritten
 }
 
+// loss.svg is drawn at each checkpoint, not only at the end (a killed run had
+// none), and its step axis ticks at round steps (it read 6.8, 12.6, ...).
+TEST(Trainer, TheLossCurveIsDrawnAtEachCheckpointWithRoundSteps) {
+  Config c = small_config(60);
+  c.train.checkpoint_every = 20;
+  c.train.log_every = 1;
+  TrainerOptions o{fresh_dir("curve"), false, true};
+  o.before_step = [&](int64_t step, int) {
+    if (step == 21) EXPECT_TRUE(file_exists(o.run_dir + "/loss.svg")) << "drawn with the step-20 checkpoint";
+  };
+  Trainer(c, o).run();
+  const std::string svg = read_file(o.run_dir + "/loss.svg");
+  for (const char* tick : {">10</text>", ">20</text>", ">60</text>"})
+    EXPECT_NE(svg.find(tick), std::string::npos) << tick;
+  EXPECT_EQ(svg.find(".8</text>"), std::string::npos) << svg;
+}
+
 TEST(Trainer, CorruptCheckpointIsRejectedAndResumeFallsBack) {
   Config c = small_config(6);
   TrainerOptions o{fresh_dir("corrupt"), false, true};

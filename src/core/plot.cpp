@@ -28,6 +28,23 @@ static std::string num(double v) {
   return buf;
 }
 
+// Tick values at a round spacing (1, 2 or 5 times a power of ten) giving
+// about `count` intervals over [lo, hi]: steps 0..60 tick at 0, 10, ..., 60,
+// not at 12.6.
+static std::vector<double> round_ticks(double lo, double hi, int count) {
+  const double power = std::pow(10.0, std::floor(std::log10((hi - lo) / count)));
+  double spacing = power * 10;
+  for (double m : {1.0, 2.0, 5.0})  // the finest that leaves at most count + 1 intervals
+    if ((hi - lo) / (m * power) <= count + 1) {
+      spacing = m * power;
+      break;
+    }
+  std::vector<double> ticks;
+  for (double t = std::ceil(lo / spacing - 1e-9) * spacing; t <= hi + spacing * 1e-9; t += spacing)
+    ticks.push_back(std::abs(t) < spacing * 1e-9 ? 0.0 : t);
+  return ticks;
+}
+
 void write_line_chart(const std::string& path, const std::string& title, const std::string& x_label,
                       const std::string& y_label, const std::vector<Series>& series, bool log_y) {
   const double W = 800, H = 480, left = 80, right = 180, top = 40, bottom = 60;
@@ -53,16 +70,18 @@ void write_line_chart(const std::string& path, const std::string& title, const s
   o << "<text x='" << W / 2 << "' y='22' text-anchor='middle' font-size='15'>" << escape(title) << "</text>\n";
   o << "<rect x='" << left << "' y='" << top << "' width='" << W - left - right << "' height='" << H - top - bottom
     << "' fill='none' stroke='#444'/>\n";
-  for (int i = 0; i <= 5; ++i) {
-    const double fx = x0 + (x1 - x0) * i / 5, fy = y0 + (y1 - y0) * i / 5;
-    const double yv = log_y ? std::pow(10.0, fy) : fy;
+  for (double fx : round_ticks(x0, x1, 5))
     o << "<line x1='" << px(fx) << "' y1='" << top << "' x2='" << px(fx) << "' y2='" << H - bottom
       << "' stroke='#eee'/>\n<text x='" << px(fx) << "' y='" << H - bottom + 16 << "' text-anchor='middle'>"
       << num(fx) << "</text>\n";
+  // A log axis ticks at evenly spaced exponents; a linear one at round values.
+  std::vector<double> y_ticks;
+  for (int i = 0; i <= 5 && log_y; ++i) y_ticks.push_back(std::pow(10.0, y0 + (y1 - y0) * i / 5));
+  if (!log_y) y_ticks = round_ticks(y0, y1, 5);
+  for (double yv : y_ticks)
     o << "<line x1='" << left << "' y1='" << py(yv) << "' x2='" << W - right << "' y2='" << py(yv)
       << "' stroke='#eee'/>\n<text x='" << left - 6 << "' y='" << py(yv) + 4 << "' text-anchor='end'>" << num(yv)
       << "</text>\n";
-  }
   o << "<text x='" << (left + W - right) / 2 << "' y='" << H - 18 << "' text-anchor='middle'>" << escape(x_label)
     << "</text>\n<text transform='translate(18," << (top + H - bottom) / 2
     << ") rotate(-90)' text-anchor='middle'>" << escape(y_label) << "</text>\n";

@@ -614,6 +614,7 @@ void Trainer::save_or_stop() {
          (kept.empty() ? "with no checkpoint" : "the last checkpoint " + kept.back() + " kept") +
          " (free space, then continue with --resume)");
   }
+  if (writer()) draw_loss_curve(options_.run_dir);  // the curve so far, beside each checkpoint
 }
 
 // After a signal or a failed metrics write: the step just done is saved (if
