@@ -171,6 +171,17 @@ TEST(CorpusWikipedia, NotXmlAtAllIsAnError) {
   EXPECT_THROW(read_path(dir + "/missing.xml", 1), ctrl::Error);
 }
 
+// The documents of an XML export in memory, read as the control code "Wiki".
+std::vector<ctrl::Document> read_xml(const std::string& xml, ctrl::ReadStats& stats) {
+  ctrl::Warnings warnings(stats, 0);
+  std::vector<ctrl::Document> docs;
+  ctrl::DocumentSink sink = [&](ctrl::Document&& d) { docs.push_back(std::move(d)); };
+  ctrl::ReadContext context{"Wiki", {}, stats, warnings, sink};
+  auto stream = ctrl::memory_byte_stream(xml, "mem", warnings);
+  ctrl::read_wikipedia_xml(*stream, "mem", context);
+  return docs;
+}
+
 TEST(CorpusWikipedia, MinimalExportWithAllPageKinds) {
   const std::string xml =
       "<mediawiki><page><title>A</title><ns>0</ns><revision><text>'''A''' is [[B|a letter]].</text></revision></page>"
@@ -181,12 +192,7 @@ TEST(CorpusWikipedia, MinimalExportWithAllPageKinds) {
       "<page><title>E</title><ns>0</ns><revision><text>{{Infobox}}</text></revision></page>"
       "</mediawiki>";
   ctrl::ReadStats stats;
-  ctrl::Warnings warnings(stats, 0);
-  std::vector<ctrl::Document> docs;
-  ctrl::DocumentSink sink = [&](ctrl::Document&& d) { docs.push_back(std::move(d)); };
-  ctrl::ReadContext context{"Wiki", {}, stats, warnings, sink};
-  auto stream = ctrl::memory_byte_stream(xml, "mem", warnings);
-  ctrl::read_wikipedia_xml(*stream, "mem", context);
+  const std::vector<ctrl::Document> docs = read_xml(xml, stats);
   ASSERT_EQ(docs.size(), 1u);
   EXPECT_EQ(docs[0].text, "A is a letter.");
   EXPECT_EQ(docs[0].control_code, "Wiki");
@@ -205,25 +211,16 @@ TEST(CorpusWikipedia, ConcatenatedDumpPartsAreAllRead) {
     return "<mediawiki><page><title>" + title + "</title><ns>0</ns><revision><text>" + title + " は記事の本文です。" +
            padding + "</text></revision></page></mediawiki>\n";
   };
-  auto read = [](const std::string& xml, ctrl::ReadStats& stats) {
-    ctrl::Warnings warnings(stats, 0);
-    std::vector<ctrl::Document> docs;
-    ctrl::DocumentSink sink = [&](ctrl::Document&& d) { docs.push_back(std::move(d)); };
-    ctrl::ReadContext context{"Wiki", {}, stats, warnings, sink};
-    auto stream = ctrl::memory_byte_stream(xml, "mem", warnings);
-    ctrl::read_wikipedia_xml(*stream, "mem", context);
-    return docs;
-  };
   const std::string declaration = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   for (const std::string& padding : {std::string(), std::string((1 << 20) - 100, 'x')}) {
     ctrl::ReadStats stats;
-    const auto docs = read(part("A", padding) + part("B", "") + declaration + part("C", ""), stats);
+    const auto docs = read_xml(part("A", padding) + part("B", "") + declaration + part("C", ""), stats);
     ASSERT_EQ(docs.size(), 3u) << padding.size();
     EXPECT_EQ(docs[2].text.rfind("C は記事の本文です。", 0), 0u) << docs[2].text;
     EXPECT_EQ(stats.warnings, 0u);
   }
   ctrl::ReadStats stats;
-  EXPECT_EQ(read(part("A", "") + "trailing junk", stats).size(), 1u);
+  EXPECT_EQ(read_xml(part("A", "") + "trailing junk", stats).size(), 1u);
   EXPECT_EQ(stats.warnings, 1u);
 }
 
