@@ -139,7 +139,7 @@ class SpoolSentences : public SentenceSource {
 };
 
 // The index keeps stems unique; the code's name keeps them readable. Codes are
-// checked NFKC UTF-8 (check_code_name), so a Japanese name stays as it is and
+// checked NFKC UTF-8 (code_name_problem), so a Japanese name stays as it is and
 // only ASCII punctuation such as '/' becomes '_'.
 std::string file_stem_for(size_t index, const std::string& code) {
   std::string s;
