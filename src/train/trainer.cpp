@@ -604,6 +604,7 @@ void Trainer::run() {
 // training as a failed metrics write does: what failed, where training
 // stopped, what is kept, and how to go on.
 void Trainer::save_or_stop() {
+  if (writer()) run_dir_->check_still_ours();  // a replaced directory is its own error, not a disk to free
   try {
     save();
   } catch (const Error& e) {
