@@ -76,8 +76,10 @@ void write_line_chart(const std::string& path, const std::string& title, const s
       << num(fx) << "</text>\n";
   // A log axis ticks at evenly spaced exponents; a linear one at round values.
   std::vector<double> y_ticks;
-  for (int i = 0; i <= 5 && log_y; ++i) y_ticks.push_back(std::pow(10.0, y0 + (y1 - y0) * i / 5));
-  if (!log_y) y_ticks = round_ticks(y0, y1, 5);
+  if (log_y)
+    for (int i = 0; i <= 5; ++i) y_ticks.push_back(std::pow(10.0, y0 + (y1 - y0) * i / 5));
+  else
+    y_ticks = round_ticks(y0, y1, 5);
   for (double yv : y_ticks)
     o << "<line x1='" << left << "' y1='" << py(yv) << "' x2='" << W - right << "' y2='" << py(yv)
       << "' stroke='#eee'/>\n<text x='" << left - 6 << "' y='" << py(yv) + 4 << "' text-anchor='end'>" << num(yv)

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/clean_text.h"
 #include "core/error.h"
 
 namespace ctrl {
@@ -72,13 +73,6 @@ class Converter {
 };
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-
-// Code points of valid UTF-8.
-size_t utf8_length(std::string_view s) {
-  size_t n = 0;
-  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return n;
-}
 
 // An Aozora header is the title, author, translator: a few short lines.
 constexpr size_t kMaxHeaderLines = 8, kMaxHeaderLineChars = 100;
@@ -316,16 +310,16 @@ std::string jisx0213_to_utf8(int plane, int row, int cell) {
   return out;
 }
 
-bool looks_utf8(std::string_view bytes) {
-  uint64_t bad = 0, first = 0;
-  const std::string clean = sanitize_utf8(bytes, &bad, &first);
+namespace {
+
+// looks_utf8's judgement on the text sanitize_utf8 made of the bytes (its bad
+// bytes and the offset of the first), so a decoder judges and cleans in one pass.
+bool judged_utf8(std::string_view bytes, const std::string& clean, uint64_t bad, uint64_t first) {
   if (bad == 0 || (first + 4 > bytes.size() && bad <= 3)) return true;  // clean, or cut inside the last character
   uint64_t high = 0;
   for (char c : clean) high += static_cast<unsigned char>(c) >= 0x80;
   return high >= 8 * bad;
 }
-
-namespace {
 
 // Whether a Shift_JIS line holds a character of CP932's NEC-selected or IBM
 // extensions (lead bytes 0xED, 0xEE, 0xFA-0xFC). JIS X 0213 puts other
@@ -344,21 +338,28 @@ bool has_cp932_extension(std::string_view line) {
 
 }  // namespace
 
+bool looks_utf8(std::string_view bytes) {
+  uint64_t bad = 0, first = 0;
+  const std::string clean = sanitize_utf8(bytes, &bad, &first);
+  return judged_utf8(bytes, clean, bad, first);
+}
+
 std::string decode_japanese_bytes(std::string_view raw, uint64_t* bad_bytes, uint64_t* first_bad_offset, bool* utf8) {
   *bad_bytes = 0;
   const char* const file_start = raw.data();
   if (starts_with(raw, "\xEF\xBB\xBF")) raw.remove_prefix(3);
   std::string out;
-  if (looks_utf8(raw)) {  // damaged UTF-8 loses its bad bytes, not its encoding
+  uint64_t first = 0;
+  const std::string clean = sanitize_utf8(raw, bad_bytes, &first);
+  if (judged_utf8(raw, clean, *bad_bytes, first)) {  // damaged UTF-8 loses its bad bytes, not its encoding
     if (utf8) *utf8 = true;
-    uint64_t first = 0;
-    const std::string clean = sanitize_utf8(raw, bad_bytes, &first);
     if (*bad_bytes > 0 && first_bad_offset) *first_bad_offset = static_cast<uint64_t>(raw.data() - file_start) + first;
     out.reserve(clean.size());
     for (std::string_view line : split_lines(clean)) (out += line) += '\n';
     return out;
   }
   if (utf8) *utf8 = false;
+  *bad_bytes = 0;  // counted again, as Shift_JIS
   thread_local Converter sjis("SHIFT_JISX0213");
   thread_local Converter cp932("CP932");
   std::string piece;
@@ -421,7 +422,7 @@ AozoraText aozora_to_text(std::string_view utf8) {
   // (It also ends at the symbol block's rule, which some files put right under the title.)
   auto header_line = [&](size_t j) { return !is_blank(lines[j]) && !starts_with(lines[j], "-----"); };
   for (; header_lines < lines.size() && header_line(header_lines); ++header_lines)
-    if (utf8_length(lines[header_lines]) > kMaxHeaderLineChars) header_short = false;
+    if (count_chars(lines[header_lines]) > kMaxHeaderLineChars) header_short = false;
   if (!lines.empty() && !is_blank(lines[0]) && lines[0].find("［＃") == std::string_view::npos &&
       lines[0].find("《") == std::string_view::npos && header_lines <= kMaxHeaderLines && header_short) {
     result.title = std::string(lines[0]);

@@ -508,7 +508,6 @@ void Trainer::evaluate() {
 }
 
 void Trainer::save() {
-  if (writer()) run_dir_->check_still_ours();  // a checkpoint of this run never lands in another run's directory
   contents_.state = state_;
   OptimizerState optimizer_state = full_state(*optimizer_);
   std::vector<std::unique_ptr<ShardStream>> streams;
@@ -604,7 +603,9 @@ void Trainer::run() {
 // training as a failed metrics write does: what failed, where training
 // stopped, what is kept, and how to go on.
 void Trainer::save_or_stop() {
-  if (writer()) run_dir_->check_still_ours();  // a replaced directory is its own error, not a disk to free
+  // A checkpoint of this run never lands in another run's directory; a
+  // replaced directory is its own error, not a disk to free.
+  if (writer()) run_dir_->check_still_ours();
   try {
     save();
   } catch (const Error& e) {
@@ -626,6 +627,7 @@ void Trainer::stop_early(const StopRequest& stop) {
   const std::string path = checkpoint_path(options_.run_dir, state_.step);
   std::string saved = "checkpoint " + path + " written";
   try {
+    if (writer()) run_dir_->check_still_ours();  // as save_or_stop: never into another run's directory
     if (t.checkpoint_every == 0 || state_.step % t.checkpoint_every != 0) save();
   } catch (const Error& e) {
     if (!writer()) throw;
