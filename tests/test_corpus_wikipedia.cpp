@@ -203,6 +203,27 @@ TEST(CorpusWikipedia, MinimalExportWithAllPageKinds) {
   EXPECT_EQ(stats.warnings, 0u);
 }
 
+// Exports of schema 0.3 and older have no <ns>: a page's namespace is the one its title's prefix names
+// in <siteinfo>, and a title without such a prefix (a colon of its own included) is an article.
+TEST(CorpusWikipedia, OldExportsWithoutNsKeepTheirArticles) {
+  auto page = [](const std::string& title) {
+    return "<page><title>" + title + "</title><id>1</id><revision><text>" + title +
+           " は記事の本文です。</text></revision></page>";
+  };
+  const std::string xml =
+      "<mediawiki xmlns=\"http://www.mediawiki.org/xml/export-0.3/\" version=\"0.3\"><siteinfo><namespaces>"
+      "<namespace key=\"-2\">メディア</namespace><namespace key=\"0\" /><namespace key=\"4\">Wikipedia</namespace>"
+      "<namespace key=\"10\">Template</namespace></namespaces></siteinfo>" +
+      page("東京") + page("Wikipedia:井戸端") + page("Template:Infobox") + page("Re:ゼロ") + "</mediawiki>";
+  ctrl::ReadStats stats;
+  const auto docs = read_xml(xml, stats);
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(docs[0].title, "東京");
+  EXPECT_EQ(docs[1].title, "Re:ゼロ");
+  EXPECT_EQ(stats.dropped["namespace"], 2u);
+  EXPECT_EQ(stats.warnings, 0u);
+}
+
 // Two dump parts joined with `cat` are two XML documents in one file: the
 // second is read on, with or without its XML declaration, across the reader's
 // 1 MiB buffers. Anything else after the first document stays an error.

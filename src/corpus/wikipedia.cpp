@@ -19,6 +19,7 @@ struct Page {
   uint64_t index = 0;
   std::string title, ns, text;
   bool redirect = false;
+  bool ns_given = false;  // exports before schema 0.4 have no <ns>
 };
 
 // The converted page: a document, or the reason it was dropped.
@@ -145,14 +146,25 @@ class PagePipeline {
   bool stopping_ = false;
 };
 
-// expat callbacks: collect <title>, <ns>, <redirect>, and the first <text> of each <page>.
+// expat callbacks: collect <title>, <ns>, <redirect>, and the first <text> of each <page>, and the
+// names of <siteinfo>'s namespaces other than the main one.
 struct ParserState {
   PagePipeline* pipeline;
   Page page;
   bool in_page = false, in_revision = false, revision_seen = false;
   std::string* field = nullptr;  // where character data goes, if anywhere
   uint64_t pages = 0;
+  std::string namespace_key, namespace_name;
+  std::vector<std::pair<std::string, std::string>> namespaces;  // ("Name:", key), main namespace excluded
 };
+
+// A page without <ns> (export schema 0.3 and older) is in the namespace its title's prefix names in
+// <siteinfo>; without such a prefix it is an article, as MediaWiki reads the title.
+void infer_namespace(const ParserState& st, Page& page) {
+  page.ns = "0";
+  for (const auto& [prefix, key] : st.namespaces)
+    if (page.title.compare(0, prefix.size(), prefix) == 0) page.ns = key;
+}
 
 void XMLCALL on_start(void* user, const XML_Char* name, const XML_Char** attributes) {
   auto* st = static_cast<ParserState*>(user);
@@ -163,10 +175,16 @@ void XMLCALL on_start(void* user, const XML_Char* name, const XML_Char** attribu
     st->in_page = true;
     st->revision_seen = false;
   } else if (!st->in_page) {
-    return;
+    if (n != "namespace") return;
+    st->namespace_key.clear();
+    st->namespace_name.clear();
+    for (const XML_Char** a = attributes; a[0]; a += 2)
+      if (std::string_view(a[0]) == "key") st->namespace_key = a[1];
+    st->field = &st->namespace_name;
   } else if (n == "title" && !st->in_revision) {
     st->field = &st->page.title;
   } else if (n == "ns" && !st->in_revision) {
+    st->page.ns_given = true;
     st->field = &st->page.ns;
   } else if (n == "redirect") {
     st->page.redirect = true;
@@ -181,12 +199,16 @@ void XMLCALL on_end(void* user, const XML_Char* name) {
   auto* st = static_cast<ParserState*>(user);
   const std::string_view n(name);
   st->field = nullptr;
-  if (n == "revision") {
+  if (n == "namespace" && !st->in_page) {
+    if (st->namespace_key != "0" && !st->namespace_name.empty())
+      st->namespaces.emplace_back(st->namespace_name + ":", st->namespace_key);
+  } else if (n == "revision") {
     st->in_revision = false;
     st->revision_seen = true;
   } else if (n == "page" && st->in_page) {
     st->in_page = false;
     ++st->pages;
+    if (!st->page.ns_given) infer_namespace(*st, st->page);
     st->pipeline->submit(std::move(st->page));
   }
 }
