@@ -161,9 +161,11 @@ struct ParserState {
 // A page without <ns> (export schema 0.3 and older) is in the namespace its title's prefix names in
 // <siteinfo>; without such a prefix it is an article, as MediaWiki reads the title.
 void infer_namespace(const ParserState& st, Page& page) {
-  page.ns = "0";
+  static const std::string kMain = "0";
+  const std::string* ns = &kMain;
   for (const auto& [prefix, key] : st.namespaces)
-    if (page.title.compare(0, prefix.size(), prefix) == 0) page.ns = key;
+    if (page.title.compare(0, prefix.size(), prefix) == 0) ns = &key;
+  page.ns = *ns;
 }
 
 void XMLCALL on_start(void* user, const XML_Char* name, const XML_Char** attributes) {
