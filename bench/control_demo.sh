@@ -464,7 +464,7 @@ for key, data, title in corpora:
     w("|---|" + "---:|" * (len(codes) + 2))
     for g in codes:
         row = ca["confusion"][g]
-        tot = sum(row.values())
+        tot = sum(row.values()) + ca["empty_samples"].get(g, 0)  # an empty sample is a miss
         hrow = hc.get(g, {})
         htot = sum(hrow.values())
         ceil = f"{pct(hrow.get(g, 0) / htot)} of {htot}" if htot else "— (no held-out text)"
@@ -476,8 +476,9 @@ for key, data, title in corpora:
                    if rows else "— | —") + f" | **{pct(ca['accuracy'])}** (chance {pct(chance)}) | "
                    f"**{pct(ca['classifier']['held_out_accuracy'])}**"
                    f"{' (' + ', '.join(ceiling_codes) + ' only)' if len(ceiling_codes) < len(codes) else ''} |")
-    if ca.get("empty_samples"):
-        w(f"\n{ca['empty_samples']} samples were empty.")
+    empty = sum(ca["empty_samples"].values())
+    if empty:
+        w(f"\n{empty} samples were empty (not in the matrix, counted as misses).")
     w("")
     w(f"**Samples** (`ctrl generate --control CODE --max-tokens 80 --temperature 0.8 --top-k 40 --seed 1..{meta['samples']}`):\n")
     for i, c in enumerate(codes):

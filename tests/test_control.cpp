@@ -221,7 +221,9 @@ TEST(ControlAccuracy, SamplesFollowTheirCodeAndTheCeilingIsMeasured) {
   const auto j = run_json(base + " --control-accuracy 12 --max-tokens 24 --json 2>/dev/null")["control_accuracy"];
   EXPECT_EQ(j["codes"], (nlohmann::json{"Kana", "Latin"}));
   for (const std::string code : {"Kana", "Latin"}) {
-    EXPECT_EQ(j["confusion"][code]["Kana"].get<int>() + j["confusion"][code]["Latin"].get<int>(), 12);
+    EXPECT_EQ(j["confusion"][code]["Kana"].get<int>() + j["confusion"][code]["Latin"].get<int>() +
+                  j["empty_samples"][code].get<int>(),
+              12);
     EXPECT_EQ(j["samples"][code].size(), 12u);
   }
   EXPECT_GE(j["classifier"]["held_out_accuracy"].get<double>(), 0.95);
@@ -236,6 +238,29 @@ TEST(ControlAccuracy, SamplesFollowTheirCodeAndTheCeilingIsMeasured) {
   EXPECT_NE(out.find("ceiling accuracy"), std::string::npos) << out;
   EXPECT_NE(test_support::run_shell(base + " --control-accuracy 0 2>&1", &out), 0);
   EXPECT_NE(out.find("--control-accuracy 0: expected"), std::string::npos) << out;
+  // A sample stops when the context is full: the ceiling's snippets are no longer than that either.
+  const int64_t n_ctx = Checkpoint(r.checkpoint).config().model.n_ctx;
+  const auto capped =
+      run_json(base + " --control-accuracy 1 --max-tokens 100000 --json 2>/dev/null")["control_accuracy"];
+  EXPECT_EQ(capped["sampling"]["max_tokens"].get<int64_t>(), n_ctx);
+  ASSERT_EQ(test_support::run_shell(base + " --control-accuracy 1 --max-tokens 100000 2>/dev/null", &out), 0);
+  EXPECT_NE(out.find("snippets of " + std::to_string(n_ctx) + " tokens"), std::string::npos) << out;
+}
+
+// An empty sample (end of document first) has no text to label: it is a miss
+// in its code's row, not a label of the first code.
+TEST(ControlAccuracy, EmptySamplesCountAsMisses) {
+  const std::vector<std::vector<int64_t>> confusion = {{3, 1}, {0, 4}};
+  EXPECT_DOUBLE_EQ(ControlAccuracy::accuracy(confusion), (3.0 / 4 + 1.0) / 2);
+  EXPECT_DOUBLE_EQ(ControlAccuracy::accuracy(confusion, {4, 0}), (3.0 / 8 + 1.0) / 2);
+  ControlAccuracy a;
+  a.confusion = confusion;
+  a.empty_samples = {0, 4};
+  EXPECT_DOUBLE_EQ(a.sample_accuracy(), (3.0 / 4 + 4.0 / 8) / 2);
+  EXPECT_EQ(a.empty_total(), 4);
+  a.confusion = {{0, 0}, {0, 4}};
+  a.empty_samples = {5, 0};
+  EXPECT_DOUBLE_EQ(a.sample_accuracy(), 0.5) << "a code whose every sample is empty scores 0, not nothing";
 }
 
 // An export carries the checkpoint's tokenizer, and importing the directory

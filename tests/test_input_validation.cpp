@@ -351,12 +351,22 @@ TEST_F(BadInputCorpus, ACheckpointAndACorpusMustAgree) {
   CheckpointContents c;
   c.config = small_config(1);
   c.config.model.vocab_size = int64_t(d.manifest().vocab_size);
-  c.codes = {{"Alpha", d.code(0).token_id}};
+  for (size_t i = 0; i < d.n_codes(); ++i) c.codes.push_back({d.code(i).name, d.code(i).token_id});
+  ASSERT_GE(c.codes.size(), 2u);
   c.tokenizer = read_file(d.tokenizer_path());
   EXPECT_NO_THROW(check_corpus_matches(c, d, "eval"));
-  c.codes = {{"Alpha", d.code(0).token_id + 1}};
+  // A code of the corpus that the model never saw would be scored and sampled under untrained.
+  const auto all_codes = c.codes;
+  c.codes.pop_back();
+  const std::string missing = "has control code '" + all_codes.back().name + "'";
+  EXPECT_ERROR(check_corpus_matches(c, d, "eval"), missing.c_str(),
+               "which the model was not trained with (its codes: Alpha");
+  c.codes = {{"Synthetic", 0}};
+  EXPECT_ERROR(check_corpus_matches(c, d, "eval"), "control code 'Alpha', which the model was not trained with");
+  c.codes = all_codes;
+  c.codes[0].token_id += 1;
   EXPECT_ERROR(check_corpus_matches(c, d, "eval"), "control code 'Alpha' is token");
-  c.codes = {{"Alpha", d.code(0).token_id}};
+  c.codes = all_codes;
   c.tokenizer[c.tokenizer.size() / 2] ^= 1;
   EXPECT_ERROR(check_corpus_matches(c, d, "eval"), "another tokenizer than the model's");
   c.tokenizer.clear();
@@ -593,7 +603,6 @@ TEST(BadInputPrepare, ALongLineIsEncodedWholeAndTrainedOnWhole) {
   VectorSentenceSource sentences({line, "短い行です。"});
   TokenizerTrainOptions t;
   t.vocab_size = 400;
-  t.threads = 2;
   TokenizerTrainStats stats;
   train_tokenizer(sentences, t, dir + "/t.model", &stats);
   EXPECT_EQ(stats.long_lines, 1u);

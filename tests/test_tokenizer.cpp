@@ -41,7 +41,6 @@ class TokenizerTest : public ::testing::Test {
     TokenizerTrainOptions options;
     options.vocab_size = 400;
     options.control_codes = {"Wikipedia", "Manual", "青空文庫"};
-    options.threads = 2;
     trained_vocab_ = train_tokenizer(source, options, model_path());
   }
   static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
@@ -52,15 +51,22 @@ class TokenizerTest : public ::testing::Test {
 std::filesystem::path TokenizerTest::dir_;
 uint32_t TokenizerTest::trained_vocab_ = 0;
 
-TEST_F(TokenizerTest, ControlCodesAreSingleTokens) {
+// A control code is one control piece: text never encodes to it, the same
+// word inside a document included, so it appears only where a sequence is given it.
+TEST_F(TokenizerTest, ControlCodesAreControlPiecesThatNoTextEncodesTo) {
   const Tokenizer t = Tokenizer::load(model_path());
   EXPECT_EQ(trained_vocab_, 400u);
   EXPECT_EQ(t.vocab_size(), 400u);
   for (const char* code : {"Wikipedia", "Manual", "青空文庫"}) {
     const int32_t id = t.piece_to_id(code);
     ASSERT_GE(id, 0) << code;
-    EXPECT_EQ(t.encode(code), std::vector<int32_t>{id}) << code;
+    EXPECT_TRUE(t.is_control(id)) << code;
     EXPECT_EQ(t.id_to_piece(id), code);
+    for (const std::string text : {std::string(code), "the " + std::string(code) + "s of " + code + "日本語"}) {
+      const auto ids = t.encode(text);
+      EXPECT_EQ(std::count(ids.begin(), ids.end(), id), 0) << text;
+      EXPECT_EQ(t.decode(ids), text);
+    }
   }
   EXPECT_EQ(t.piece_to_id("NoSuchPiece"), -1);
   EXPECT_GE(t.eos_id(), 0);
@@ -97,7 +103,6 @@ TEST_F(TokenizerTest, TrainingIsDeterministic) {
   TokenizerTrainOptions options;
   options.vocab_size = 400;
   options.control_codes = {"Wikipedia", "Manual", "青空文庫"};
-  options.threads = 2;
   const std::string again = (dir_ / "again.model").string();
   train_tokenizer(source, options, again);
   EXPECT_EQ(read_file(again), read_file(model_path()));
@@ -202,7 +207,6 @@ TEST(UnigramLogParser, TrainingReportsEmStepsAndRestoresStderr) {
   VectorSentenceSource source(japanese_sentences());
   TokenizerTrainOptions options;
   options.vocab_size = 400;
-  options.threads = 2;
   testing::internal::CaptureStderr();
   train_tokenizer(source, options, (dir / "t.model").string());
   std::fprintf(stderr, "after\n");

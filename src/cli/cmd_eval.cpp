@@ -155,11 +155,12 @@ int run(const std::vector<std::string>& argv) {
       std::printf("control accuracy: %lld samples per code, classifier's labels (columns)\n",
                   static_cast<long long>(ao.samples_per_code));
       print_confusion(a, a.confusion, "generated under");
-      std::printf("accuracy %.1f%% (chance %.1f%%)%s\n", 100 * ControlAccuracy::accuracy(a.confusion),
-                  100.0 / double(a.codes.size()),
-                  a.empty_samples ? (", " + std::to_string(a.empty_samples) + " samples empty").c_str() : "");
+      const int64_t empty = a.empty_total();
+      std::printf(
+          "accuracy %.1f%% (chance %.1f%%)%s\n", 100 * a.sample_accuracy(), 100.0 / double(a.codes.size()),
+          empty ? (", " + std::to_string(empty) + " samples empty: not in the matrix, counted as misses").c_str() : "");
       std::printf("\nclassifier ceiling: held-out documents cut into snippets of %lld tokens\n",
-                  static_cast<long long>(ao.max_tokens));
+                  static_cast<long long>(a.sample_tokens));
       print_confusion(a, a.ceiling_confusion, "held-out of");
       std::printf("ceiling accuracy %.1f%%\n", 100 * ControlAccuracy::accuracy(a.ceiling_confusion));
       std::printf("\nwrote %s/control-accuracy.json (with the samples)\n", out.c_str());

@@ -76,12 +76,15 @@ class SpoolReader {
   std::FILE* file_;
 };
 
-// A control code must be one piece of the tokenizer, or it cannot open a sequence as one token.
+// A control code must be one piece of the tokenizer, or it cannot open a sequence as one token: a
+// control symbol (what ctrl prepare trains), or a user-defined symbol that its text encodes to (older
+// ctrl tokenizers).
 void check_single_token(const Tokenizer& tokenizer, const std::string& code, const std::string& where) {
   const int32_t id = tokenizer.piece_to_id(code);
+  if (id >= 0 && tokenizer.is_control(id) && id != tokenizer.eos_id()) return;
   if (id >= 0 && tokenizer.is_special(id))
     fail(where + ": control code '" + code +
-         "' is a special piece of this tokenizer (control, unknown or byte); "
+         "' is a special piece of this tokenizer (end of text, unknown or byte); "
          "choose another name");
   if (id < 0 || tokenizer.encode_clean(code) != std::vector<int32_t>{id})
     fail(where + ": control code '" + code + "' is not a single token of this tokenizer (train one with it)");
@@ -152,8 +155,9 @@ std::string file_stem_for(size_t index, const std::string& code) {
 // What is wrong with a control code's name, or "" when nothing is: it must be
 // one token that the tokenizer, the manifest and `--control` can all name.
 std::string code_name_problem(const std::string& code) {
-  if (code.empty() || code.find_first_of(", \t\r\n") != std::string::npos || clean_text(code) != code)
-    return "control code '" + code + "': expected a non-empty NFKC name without spaces or commas";
+  if (code.empty() || code.find_first_of(", \t\r\n") != std::string::npos || clean_text(code) != code ||
+      code.find("\u2581") != std::string::npos)
+    return "control code '" + code + "': expected a non-empty NFKC name without spaces, commas or U+2581 (▁)";
   const bool byte_piece = code.size() == 6 && code.rfind("<0x", 0) == 0 && code.back() == '>' &&
                           std::isxdigit(static_cast<unsigned char>(code[3])) &&
                           std::isxdigit(static_cast<unsigned char>(code[4]));
@@ -363,7 +367,6 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
     t.vocab_size = options.vocab_size;
     for (const auto& spool : spools) t.control_codes.push_back(spool.name);
     t.sample_sentences = options.sample_sentences;
-    t.threads = threads;
     t.seed = uint32_t(options.seed);
     train_tokenizer(sentences, t, model_path);
   }

@@ -139,17 +139,24 @@ std::vector<int32_t> read_stream(const TokenStream& s, uint64_t offset, uint64_t
 
 }  // namespace
 
-double ControlAccuracy::accuracy(const std::vector<std::vector<int64_t>>& confusion) {
+double ControlAccuracy::accuracy(const std::vector<std::vector<int64_t>>& confusion,
+                                 const std::vector<int64_t>& misses) {
   double sum = 0;
   int rows = 0;
   for (size_t r = 0; r < confusion.size(); ++r) {
-    int64_t total = 0;
+    int64_t total = r < misses.size() ? misses[r] : 0;
     for (int64_t v : confusion[r]) total += v;
     if (total == 0) continue;
     sum += double(confusion[r][r]) / double(total);
     ++rows;
   }
   return rows ? sum / rows : 0.0;
+}
+
+int64_t ControlAccuracy::empty_total() const {
+  int64_t n = 0;
+  for (int64_t e : empty_samples) n += e;
+  return n;
 }
 
 ControlAccuracy control_accuracy(Model& model, const Dataset& data, const Tokenizer& tokenizer,
@@ -180,8 +187,10 @@ ControlAccuracy control_accuracy(Model& model, const Dataset& data, const Tokeni
   a.classifier_characters = classifier.trained_characters();
 
   // 2. Its ceiling: held-out documents cut into snippets of the samples' length.
+  const int64_t n_ctx = model.config().n_ctx;
+  a.sample_tokens = std::min(o.max_tokens, n_ctx);
   a.ceiling_confusion.assign(K, std::vector<int64_t>(K, 0));
-  const size_t len = size_t(o.max_tokens);
+  const size_t len = size_t(a.sample_tokens);
   for (size_t c = 0; c < K; ++c) {
     const TokenStream& s = data.valid(c);
     std::vector<std::vector<int32_t>> snippets;
@@ -199,8 +208,8 @@ ControlAccuracy control_accuracy(Model& model, const Dataset& data, const Tokeni
 
   // 3. Samples under each code, labelled.
   a.confusion.assign(K, std::vector<int64_t>(K, 0));
+  a.empty_samples.assign(K, 0);
   a.samples.assign(K, {});
-  const int64_t n_ctx = model.config().n_ctx;
   SamplingOptions sampling = o.sampling;
   sampling.vocabulary = tokenizer.vocab_size();  // every sample must decode
   Generator gen(model);
@@ -215,7 +224,7 @@ ControlAccuracy control_accuracy(Model& model, const Dataset& data, const Tokeni
       gen.reset();
       std::vector<int32_t> history = {data.code(c).token_id};
       std::vector<float> logits = gen.feed(history[0]);
-      for (int64_t t = 0; t < o.max_tokens; ++t) {
+      for (int64_t t = 0; t < a.sample_tokens; ++t) {
         const int32_t next = sample_next(logits, history, sampling, rng);
         if (next == eos) break;
         history.push_back(next);
@@ -223,8 +232,10 @@ ControlAccuracy control_accuracy(Model& model, const Dataset& data, const Tokeni
         logits = gen.feed(next);
       }
       const std::string text = tokenizer.decode(std::vector<int32_t>(history.begin() + 1, history.end()));
-      if (history.size() == 1) ++a.empty_samples;
-      ++a.confusion[c][classifier.classify(text)];
+      if (history.size() == 1)
+        ++a.empty_samples[c];
+      else
+        ++a.confusion[c][classifier.classify(text)];
       a.samples[c].push_back(text);
       if (progress) progress->add(1, a.codes[c]);
     }
@@ -237,8 +248,8 @@ std::string control_accuracy_json(const ControlAccuracy& a, const ControlAccurac
   nlohmann::ordered_json j;
   j["codes"] = a.codes;
   j["samples_per_code"] = o.samples_per_code;
-  j["sampling"] = {{"max_tokens", o.max_tokens},   {"temperature", o.sampling.temperature},
-                   {"top_k", o.sampling.top_k},    {"top_p", o.sampling.top_p},
+  j["sampling"] = {{"max_tokens", a.sample_tokens}, {"temperature", o.sampling.temperature},
+                   {"top_k", o.sampling.top_k},     {"top_p", o.sampling.top_p},
                    {"penalty", o.sampling.penalty}, {"seed", o.seed}};
   auto matrix = [&](const std::vector<std::vector<int64_t>>& m) {
     nlohmann::ordered_json x;
@@ -247,8 +258,10 @@ std::string control_accuracy_json(const ControlAccuracy& a, const ControlAccurac
     return x;
   };
   j["confusion"] = matrix(a.confusion);
-  j["accuracy"] = ControlAccuracy::accuracy(a.confusion);
-  j["empty_samples"] = a.empty_samples;
+  j["accuracy"] = a.sample_accuracy();
+  nlohmann::ordered_json empty;
+  for (size_t c = 0; c < a.codes.size(); ++c) empty[a.codes[c]] = a.empty_samples[c];
+  j["empty_samples"] = empty;  // left out of the confusion matrix, counted as misses
   j["classifier"] = {{"kind", "multinomial naive Bayes, character 1-3-grams, uniform prior"},
                      {"training_characters", a.classifier_characters},
                      {"held_out_confusion", matrix(a.ceiling_confusion)},

@@ -51,7 +51,7 @@ class Dataset;
 
 struct ControlAccuracyOptions {
   int64_t samples_per_code = 50;
-  int64_t max_tokens = 80;  // per sample, after the control code
+  int64_t max_tokens = 80;  // per sample, after the control code (at most the model's n_ctx count)
   // ctrl generate's sampling; the defaults are the main job's (temperature
   // 0.8, top-k 40, penalty 1.2): greedy decoding would give one sample per code.
   SamplingOptions sampling{0.8, 1.2, 40, 1.0};
@@ -59,9 +59,9 @@ struct ControlAccuracyOptions {
   // The classifier's training text: up to this many training tokens per code,
   // taken as 16 evenly spaced stretches of its stream.
   int64_t train_tokens_per_code = 400000;
-  // Its ceiling: the held-out documents cut into consecutive snippets of
-  // max_tokens tokens (the samples' length; a tail shorter than half of that is
-  // dropped unless it is the whole document), up to this many per code, evenly spaced.
+  // Its ceiling: the held-out documents cut into consecutive snippets of the
+  // samples' length (a tail shorter than half of that is dropped unless it is the
+  // whole document), up to this many per code, evenly spaced.
   int64_t ceiling_snippets = 200;
   bool quiet = false;
 };
@@ -74,9 +74,17 @@ struct ControlAccuracy {
   std::vector<std::vector<int64_t>> ceiling_confusion;
   std::vector<std::vector<std::string>> samples;  // [code][i], decoded text
   std::vector<uint64_t> classifier_characters;    // training characters per code
-  int64_t empty_samples = 0;                      // samples that ended at once (end-of-document first)
-  // Mean over codes (that have rows) of the share labelled with the right code.
-  static double accuracy(const std::vector<std::vector<int64_t>>& confusion);
+  // Samples that ended at once (end-of-document first), per code: they have no
+  // text to label, so they are left out of `confusion` and count as misses.
+  std::vector<int64_t> empty_samples;
+  // The samples' and the snippets' length: max_tokens, or n_ctx where that is smaller
+  // (a sample stops when the model's context is full).
+  int64_t sample_tokens = 0;
+  // Mean over codes (that have rows) of the share labelled with the right code,
+  // a row's misses (empty samples) counted in its total.
+  static double accuracy(const std::vector<std::vector<int64_t>>& confusion, const std::vector<int64_t>& misses = {});
+  double sample_accuracy() const { return accuracy(confusion, empty_samples); }
+  int64_t empty_total() const;
 };
 
 // Trains the classifier on `data`'s training split (decoded with `tokenizer`),

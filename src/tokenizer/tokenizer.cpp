@@ -130,10 +130,12 @@ uint32_t train_tokenizer(SentenceSource& sentences, const TokenizerTrainOptions&
         {"input_sentence_size", std::to_string(options.sample_sentences)},
         {"shuffle_input_sentence", "true"},
         {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
-        {"num_threads", std::to_string(thread_count(options.threads))},
+        {"num_threads", std::to_string(kTokenizerTrainerThreads)},  // the same tokenizer on any machine
         {"minloglevel", "0"},  // TrainerLog turns the informational lines into progress
     };
-    if (!symbols.empty()) args["user_defined_symbols"] = symbols;
+    // Control symbols, not user-defined ones: text never encodes to them (a "Wiki" inside "Wikipedia" stays
+    // text), so a control token appears only where a sequence is given it, at position 0.
+    if (!symbols.empty()) args["control_symbols"] = symbols;
     sentencepiece::SetRandomGeneratorSeed(options.seed);
     std::string model;
     sentencepiece::util::Status status;
@@ -253,6 +255,7 @@ std::string Tokenizer::id_to_piece(int32_t id) const {
 }
 
 int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
+bool Tokenizer::is_control(int32_t id) const { return sp_->IsControl(id); }
 bool Tokenizer::is_special(int32_t id) const {
   return sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsByte(id) || sp_->IsUnused(id);
 }

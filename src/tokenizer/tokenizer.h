@@ -51,6 +51,9 @@ class VectorSentenceSource : public SentenceSource {
 constexpr size_t kEncodeChunkBytes = size_t(64) << 10;
 // Lines longer than this are split for tokenizer training (SentencePiece skips longer sentences).
 constexpr size_t kMaxSentenceBytes = 16384;
+// SentencePiece's trainer always runs this many threads (its own default): its float sums follow the
+// split of the sentences between threads, so a count that followed the machine would change the tokenizer.
+constexpr int kTokenizerTrainerThreads = 16;
 
 // Cuts text into consecutive pieces of at most max_bytes each, preferring a cut
 // after a newline, then after a sentence end (。．！？.!?), then any UTF-8
@@ -64,10 +67,9 @@ struct TokenizerTrainStats {
 
 struct TokenizerTrainOptions {
   uint32_t vocab_size = 32000;
-  std::vector<std::string> control_codes;  // user-defined symbols, one token each
+  std::vector<std::string> control_codes;  // control symbols: one token each, never the encoding of text
   double character_coverage = 0.9995;
   uint64_t sample_sentences = 2000000;  // input_sentence_size: bounds memory on huge corpora
-  int threads = 0;                      // 0: all hardware threads
   uint32_t seed = 1;
   // When the corpus is too small for vocab_size: true lowers it to what
   // SentencePiece says fits, with a warning; false fails with one line.
@@ -110,6 +112,8 @@ class Tokenizer {
   int32_t eos_id() const;
   // Whether id is a piece that text never becomes: control (<s>, </s>), unknown, byte or unused.
   bool is_special(int32_t id) const;
+  // A control piece (</s>, <s>, a control code): never the encoding of any text.
+  bool is_control(int32_t id) const;
   uint32_t vocab_size() const;
   const std::string& path() const { return path_; }
 

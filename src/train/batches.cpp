@@ -22,6 +22,8 @@ Batches Batches::from_dataset(std::shared_ptr<const Dataset> data, int64_t T, ui
       b.usable_.push_back(c);
       total += data->train(c).size() - uint64_t(T) + 1;
       b.cumulative_.push_back(total);
+    } else {
+      b.unusable_.push_back(data->code(c).name + " (" + std::to_string(data->train(c).size()) + " tokens)");
     }
   }
   if (b.usable_.empty())

@@ -4,8 +4,10 @@
 // text token.
 //
 // Sampling is a pure function of (seed, sequence index): sequence g of the run
-// picks a control code with probability proportional to its training tokens
-// and a uniformly random window of its stream. The data position to save is
+// picks a window uniformly among every code's training windows (a code of S
+// tokens has S - T + 1 of them), so a code's share is about its share of the
+// training tokens; a code with fewer than T training tokens has no window and
+// is never trained on (unusable_codes). The data position to save is
 // therefore just the next sequence index, and any split of a global batch
 // across micro-batches or ranks sees the same sequences.
 #pragma once
@@ -30,6 +32,8 @@ class Batches {
   const std::string& code_name(size_t c) const { return names_[c]; }
   int32_t code_token(size_t c) const { return code_tokens_[c]; }
   const Dataset* dataset() const { return data_.get(); }
+  // "name (N tokens)" of each code too short for one training sequence.
+  const std::vector<std::string>& unusable_codes() const { return unusable_; }
 
   // Fills n sequences starting at global sequence index `first`:
   // tokens and targets are [n, T].
@@ -48,7 +52,8 @@ class Batches {
   std::vector<std::string> names_;
   std::vector<int32_t> code_tokens_;
   std::vector<size_t> usable_;           // codes with at least T training tokens
-  std::vector<uint64_t> cumulative_;     // cumulative training tokens over usable_
+  std::vector<uint64_t> cumulative_;     // cumulative training windows over usable_
+  std::vector<std::string> unusable_;
 };
 
 }  // namespace ctrl

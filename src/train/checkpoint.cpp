@@ -240,6 +240,17 @@ void check_corpus_matches(const CheckpointContents& checkpoint, const Dataset& d
            " in the checkpoint but token " + std::to_string(data.code(size_t(i)).token_id) + " in the corpus " +
            data.dir() + "/manifest.json");
   }
+  if (checkpoint.codes.empty()) return;  // a model that names no codes (imported without them)
+  for (size_t i = 0; i < data.n_codes(); ++i) {
+    const std::string& name = data.code(i).name;
+    bool known = false;
+    for (const auto& c : checkpoint.codes) known = known || c.name == name;
+    if (known) continue;
+    std::string names;
+    for (const auto& c : checkpoint.codes) names += (names.empty() ? "" : ", ") + c.name;
+    fail(where + ": the corpus " + data.dir() + " has control code '" + name +
+         "', which the model was not trained with (its codes: " + names + ")");
+  }
 }
 
 const std::string& Checkpoint::path() const { return file_->path(); }

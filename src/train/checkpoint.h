@@ -109,8 +109,10 @@ class Checkpoint {
 
 class Dataset;
 // The corpus fits the model: the same tokenizer (when both carry one), a
-// vocabulary no larger than the model's, and every control code that both
-// name has the same token id. ctrl::Error naming `where` and the field otherwise.
+// vocabulary no larger than the model's, every control code of the corpus is
+// one the model was trained with (unless the model names none), and every code
+// that both name has the same token id. ctrl::Error naming `where` and the
+// field otherwise.
 void check_corpus_matches(const CheckpointContents& checkpoint, const Dataset& data, const std::string& where);
 
 // The codes are the tokenizer's pieces of those names, and the tokenizer fits
