@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <thread>
 
@@ -26,12 +27,20 @@ sigset_t g_taken;  // the stop signals the signal thread takes (those not ignore
   _exit(128 + sig);
 }
 
+// The same signal again within this long is the same request: GNU timeout sends its
+// signal to the process and then to its process group, so one `timeout` delivers two.
+constexpr auto kRepeatWindow = std::chrono::milliseconds(200);
+
 void take_signals() {
+  std::chrono::steady_clock::time_point first_at;
   for (;;) {
     int sig = 0;
     if (sigwait(&g_taken, &sig) != 0) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (g_stopping_allowed && g_requested == sig && now - first_at < kRepeatWindow) continue;
     int none = 0;
     if (!g_stopping_allowed || !g_requested.compare_exchange_strong(none, sig)) end_by_default_action(sig);
+    first_at = now;
     const std::string line =
         "ctrl train: " + signal_name(sig) + " received; stopping after this step (again to quit at once)\n";
     const ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
