@@ -755,6 +755,18 @@ TEST(Plan, MachineFileCalibratesTheUtilisation) {
   rr.config = rc;
   rr.machine = plan::parse_machine(jr.dump(), "bench.json");
   EXPECT_NEAR(plan::make_plan(rr).tokens_per_s, tokens_per_s, 1e-6);
+  // Memory is counted at the most threads a run there may use: the adapter's 8 per CPU of the bench's
+  // machine, never 8 per thread that the bench ran (16 adapted or pinned threads on 2 CPUs: 16, not 128).
+  nlohmann::json adapted = j;
+  adapted["threads"] = 16;
+  adapted["usable_cpus"] = 2;
+  plan::Request ra = r;
+  ra.memory_threads = 0;
+  ra.machine = plan::parse_machine(adapted.dump(), "bench.json");
+  EXPECT_EQ(plan::make_plan(ra).memory_threads, kMaxThreadsPerCpu * 2);
+  adapted.erase("usable_cpus");  // a file from before the field: the threads it ran at
+  ra.machine = plan::parse_machine(adapted.dump(), "bench.json");
+  EXPECT_EQ(plan::make_plan(ra).memory_threads, 16);
   // A measurement in another precision does not calibrate.
   r.config = config_of("small", {"train.precision=bf16"});
   r.cpu_peak_gflops = 800;

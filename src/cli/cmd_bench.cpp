@@ -129,6 +129,7 @@ int run(const std::vector<std::string>& argv) {
   j["device"] = ops->name();
   if (!ops->gpu_name().empty()) j["gpu"] = ops->gpu_name();
   j["threads"] = ops->threads();
+  j["usable_cpus"] = usable_cpus();      // what a plan from this file counts the run's most threads from
   j["thread_changes"] = thread_changes;  // the CPU backend's adaptation to a shared machine
   j["openmp_wait"] = openmp_wait_setting();
   j["precision"] = config.train.precision;

@@ -201,6 +201,7 @@ MachineProfile parse_machine(const std::string& text, const std::string& where) 
   m.share_of_gemm_peak = number("share_of_gemm_peak");
   m.peak_rss_bytes = uint64_t(number("peak_rss_bytes"));
   m.threads = int64_t(number("threads"));
+  if (j.contains("usable_cpus")) m.usable_cpus = int64_t(number("usable_cpus"));
   m.cpu = text_of("cpu");
   m.precision = text_of("precision");
   if (j.contains("device")) m.device = text_of("device");  // files from before the field: CPU runs
@@ -520,6 +521,11 @@ Plan make_plan(const Request& r) {
   // The device: memory per rank, peak FLOP/s, utilisation, links.
   uint64_t overhead = 0;
   const int cpu_threads = r.machine ? int(r.machine->threads) : r.cpu_threads;  // CPU plans
+  // The most threads a run there may use: the adapter's ceiling over the CPUs the bench file's
+  // machine had, or (a file from before usable_cpus) the threads it ran at.
+  const int most_threads = r.machine && r.machine->usable_cpus == 0
+                               ? std::max(1, cpu_threads)
+                               : kMaxThreadsPerCpu * std::max(1, r.machine ? int(r.machine->usable_cpus) : cpu_threads);
   double intra_gbs = 0;  // per direction, GB/s
   std::string intra_link;
   // A ctrl bench file calibrates the utilisation when it was measured in this precision.
@@ -615,7 +621,7 @@ Plan make_plan(const Request& r) {
   if (!gpu)
     p.memory_threads = r.memory_threads > 0  ? r.memory_threads
                        : c.train.threads > 0 ? int(c.train.threads)
-                                             : kMaxThreadsPerCpu * std::max(1, cpu_threads);
+                                             : most_threads;
   auto memory_at = [&](int64_t b, int zero) {
     Memory m = memory_estimate(c, b, zero, overhead, teacher);
     if (!gpu)

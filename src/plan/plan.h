@@ -134,7 +134,8 @@ struct MachineProfile {
   // the file has it (recomputation), else share_of_gemm_peak.
   double hardware_share = 0;
   uint64_t peak_rss_bytes = 0;
-  int64_t threads = 0;
+  int64_t threads = 0;      // the threads the bench ran at (pinned, or where the adapter left them)
+  int64_t usable_cpus = 0;  // the CPUs it could use; 0 in files from before the field
 };
 // Reads and checks the file; one-line ctrl::Error naming the file and key otherwise.
 MachineProfile load_machine(const std::string& path);
