@@ -346,6 +346,29 @@ TEST_F(BadInputCorpus, DocumentCountsAndSplitFieldsAreChecked) {
                "manifest.json", "tokenizer.file '/etc/passwd': expected a file name");
 }
 
+// A code too short for one sequence is never trained on, and one too short for a held-out
+// window has no held-out loss: both are named (ctrl train warns, eval notes), never left out silently.
+TEST_F(BadInputCorpus, CodesTooShortForASequenceAreNamed) {
+  auto d = std::make_shared<Dataset>(Dataset::open(root_ + "/prepared"));
+  ASSERT_EQ(d->code(1).name, "Beta");
+  const uint64_t beta_train = d->train(1).size(), beta_valid = d->valid(1).size();
+  ASSERT_LT(beta_train + 1, d->train(0).size());
+  ASSERT_LT(beta_valid, beta_train);
+  const Batches fits = Batches::from_dataset(d, int64_t(beta_valid), 1);
+  EXPECT_TRUE(fits.unusable_codes().empty());
+  EXPECT_EQ(held_out_gap_note(fits).find("Beta"), std::string::npos) << held_out_gap_note(fits);
+  const Batches b = Batches::from_dataset(d, int64_t(beta_train) + 1, 1);
+  EXPECT_EQ(b.unusable_codes(), std::vector<std::string>{"Beta (" + std::to_string(beta_train) + " tokens)"});
+  const std::string note = held_out_gap_note(b);
+  EXPECT_NE(note.find("no held-out loss for "), std::string::npos) << note;
+  EXPECT_NE(note.find("Beta (" + std::to_string(beta_valid) + " tokens)"), std::string::npos) << note;
+  EXPECT_NE(note.find("than the " + std::to_string(beta_train + 1) + " of one window"), std::string::npos) << note;
+  // Its sequences all come from the codes that have windows.
+  std::vector<int32_t> tokens(size_t(64) * size_t(b.context())), targets(tokens.size());
+  b.train(0, 64, tokens.data(), targets.data());
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(tokens[size_t(i) * size_t(b.context())], d->code(0).token_id);
+}
+
 TEST_F(BadInputCorpus, ACheckpointAndACorpusMustAgree) {
   const Dataset d = Dataset::open(root_ + "/prepared");
   CheckpointContents c;

@@ -117,7 +117,8 @@ int run(const std::vector<std::string>& argv) {
   auto ops = make_ops(args.has("device") ? args.get("device") : "cpu", int(args.get_int("threads", 0, 1, 1 << 16)));
   Model model(config.model, *ops, batch);
   ckpt.load_parameters(model);
-  const std::string no_window = args.get("data") + ": no control code has a held-out window of n_ctx tokens";
+  const std::string no_window =
+      args.get("data") + ": no control code has a held-out window of n_ctx tokens (" + held_out_gap_note(batches) + ")";
   const std::string out = args.has("out") ? args.get("out") : default_out_dir(model_path);
   if (codes || accuracy) make_directories(out);
   nlohmann::ordered_json json_out;
@@ -182,6 +183,8 @@ int run(const std::vector<std::string>& argv) {
       std::printf("%s %10.4f %12.2f %10lld\n", fit_columns(r.code, 20).c_str(), r.loss, r.perplexity(),
                   static_cast<long long>(r.tokens));
   }
+  const std::string gap = held_out_gap_note(batches);
+  if (!gap.empty()) std::fprintf(stderr, "ctrl eval: note: %s\n", gap.c_str());
   return 0;
 }
 

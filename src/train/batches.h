@@ -34,6 +34,8 @@ class Batches {
   const Dataset* dataset() const { return data_.get(); }
   // "name (N tokens)" of each code too short for one training sequence.
   const std::vector<std::string>& unusable_codes() const { return unusable_; }
+  // The same for held-out text: codes whose held-out loss cannot be measured.
+  std::vector<std::string> codes_without_held_out_window() const;
 
   // Fills n sequences starting at global sequence index `first`:
   // tokens and targets are [n, T].
@@ -55,5 +57,9 @@ class Batches {
   std::vector<uint64_t> cumulative_;     // cumulative training windows over usable_
   std::vector<std::string> unusable_;
 };
+
+// "no held-out loss for CODE (N tokens), ...: fewer held-out tokens than ..." naming the codes
+// without a held-out window, or "" when every code has one.
+std::string held_out_gap_note(const Batches& batches);
 
 }  // namespace ctrl
