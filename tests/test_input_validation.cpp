@@ -331,6 +331,16 @@ TEST_F(BadInputCorpus, EosAndVocabularyMustBeTheTokenizers) {
                "manifest.json", "is the eos id");
 }
 
+// A field of the wrong type or a missing one is named, with what was found.
+TEST_F(BadInputCorpus, AMalformedFieldIsNamed) {
+  EXPECT_ERROR(Dataset::open(edited("vocab_text", [](nlohmann::json& j) { j["vocab_size"] = "x"; })),
+               "manifest.json: field vocab_size is missing or malformed (type must be number, but is string)");
+  EXPECT_ERROR(Dataset::open(edited("token_text", [](nlohmann::json& j) { j["codes"][1]["token_id"] = "7"; })),
+               "field codes[1].token_id is missing or malformed");
+  EXPECT_ERROR(Dataset::open(edited("no_seed", [](nlohmann::json& j) { j["split"].erase("seed"); })),
+               "field split.seed is missing or malformed");
+}
+
 TEST_F(BadInputCorpus, DocumentCountsAndSplitFieldsAreChecked) {
   EXPECT_ERROR(Dataset::open(edited("docs", [](nlohmann::json& j) {
                  j["codes"][0]["documents"]["train"] = j["codes"][0]["documents"]["train"].get<int>() + 1;

@@ -155,29 +155,40 @@ Manifest Manifest::read(const std::string& dir) {
     fail(path + ": not valid JSON: " + e.what());
   }
   Manifest m;
+  std::string field;  // the field being read, for the message when it is missing or malformed
+  // j[key] (or j[key][sub]) under the name `name`, which the error names.
+  auto at = [&](const nlohmann::json& o, const std::string& name, const char* key,
+                const char* sub = nullptr) -> const nlohmann::json& {
+    field = name;
+    return sub ? o.at(key).at(sub) : o.at(key);
+  };
   try {
-    if (j.at("format") != "ctrl-shards") fail(path + ": format is not ctrl-shards");
-    if (j.at("version").get<uint32_t>() != kShardVersion)
+    if (at(j, "format", "format") != "ctrl-shards") fail(path + ": format is not ctrl-shards");
+    if (at(j, "version", "version").get<uint32_t>() != kShardVersion)
       fail(path + ": manifest version " + j.at("version").dump() + ", expected " + std::to_string(kShardVersion));
-    m.vocab_size = j.at("vocab_size").get<uint32_t>();
-    m.eos_id = j.at("eos_id").get<int32_t>();
-    m.tokenizer_file = j.at("tokenizer").at("file").get<std::string>();
-    m.tokenizer_crc32 = j.at("tokenizer").at("crc32").get<uint32_t>();
-    m.valid_fraction = j.at("split").at("valid_fraction").get<double>();
-    m.split_seed = j.at("split").at("seed").get<uint64_t>();
-    for (const auto& c : j.at("codes")) {
+    m.vocab_size = at(j, "vocab_size", "vocab_size").get<uint32_t>();
+    m.eos_id = at(j, "eos_id", "eos_id").get<int32_t>();
+    m.tokenizer_file = at(j, "tokenizer.file", "tokenizer", "file").get<std::string>();
+    m.tokenizer_crc32 = at(j, "tokenizer.crc32", "tokenizer", "crc32").get<uint32_t>();
+    m.valid_fraction = at(j, "split.valid_fraction", "split", "valid_fraction").get<double>();
+    m.split_seed = at(j, "split.seed", "split", "seed").get<uint64_t>();
+    for (const auto& c : at(j, "codes", "codes")) {
+      const std::string code_field = "codes[" + std::to_string(m.codes.size()) + "].";
       ControlCode code;
-      code.name = c.at("name").get<std::string>();
-      code.token_id = c.at("token_id").get<int32_t>();
-      code.documents_train = c.at("documents").at("train").get<uint64_t>();
-      code.documents_valid = c.at("documents").at("valid").get<uint64_t>();
-      code.shards_train = c.at("shards").at("train").get<std::vector<std::string>>();
-      code.shards_valid = c.at("shards").at("valid").get<std::vector<std::string>>();
+      code.name = at(c, code_field + "name", "name").get<std::string>();
+      code.token_id = at(c, code_field + "token_id", "token_id").get<int32_t>();
+      code.documents_train = at(c, code_field + "documents.train", "documents", "train").get<uint64_t>();
+      code.documents_valid = at(c, code_field + "documents.valid", "documents", "valid").get<uint64_t>();
+      code.shards_train = at(c, code_field + "shards.train", "shards", "train").get<std::vector<std::string>>();
+      code.shards_valid = at(c, code_field + "shards.valid", "shards", "valid").get<std::vector<std::string>>();
       m.codes.push_back(std::move(code));
     }
     if (j.contains("sources")) m.sources_json = j["sources"].dump();
   } catch (const nlohmann::json::exception& e) {
-    fail(path + ": missing or malformed field: " + e.what());
+    std::string why = e.what();  // "[json.exception.type_error.302] type must be number, but is string"
+    if (const size_t bracket = why.find("] "); why.rfind("[json.exception", 0) == 0 && bracket != std::string::npos)
+      why.erase(0, bracket + 2);
+    fail(path + ": field " + field + " is missing or malformed (" + why + ")");
   }
   m.check(path);
   return m;
