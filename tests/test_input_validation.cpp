@@ -446,6 +446,9 @@ TEST(BadInputConfig, TomlTypesMustBeTheFields) {
   EXPECT_ERROR(load_config(dir + "/name.toml"), "train.optimizer: expected a string");
   std::ofstream(dir + "/preset.toml") << "# a comment\npreset = \"huge\"\n";
   EXPECT_ERROR(load_config(dir + "/preset.toml"), "preset.toml:2: preset: unknown preset 'huge'");
+  std::ofstream(dir + "/chained.toml") << "preset = \"preset.toml\"\n";  // the message must not invite this
+  EXPECT_ERROR(load_config(dir + "/chained.toml"), "unknown preset 'preset.toml' (expected one of tiny",
+               "a file cannot be a preset)");
   std::ofstream(dir + "/preset_number.toml") << "preset = 5\n";  // was dropped: the run trained tiny
   EXPECT_ERROR(load_config(dir + "/preset_number.toml"),
                "preset_number.toml:1: preset: expected a string naming a preset");

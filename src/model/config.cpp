@@ -159,7 +159,7 @@ Config preset(const std::string& name) {
     t.optimizer = "adagrad", t.lr = 0.05, t.schedule = "warmup", t.warmup_steps = 25000;
     t.clip_norm = 0.25, t.micro_batch = 4, t.global_batch = 1024, t.steps = 800000;
   } else {
-    fail("unknown preset '" + name + "' (expected " + preset_list() + " or a .toml file)");
+    fail("unknown preset '" + name + "' (expected one of " + preset_list() + "; a file cannot be a preset)");
   }
   return c;
 }
