@@ -17,21 +17,24 @@ source "$(dirname "$0")/machine.sh"
 A=$1 B=$2
 for b in "$A" "$B"; do [ -x "$b" ] || { echo "ab_binaries: $b is not executable" >&2; exit 2; }; done
 # One run: "tokens/s" or, with OPS, "tokens/s op1-seconds op2-seconds ...".
+# ctrl's stderr is kept, and shown (exit 1) when it fails or prints no tokens/s.
 measure() {
+  local text
   # shellcheck disable=SC2086
-  "$1" bench --config "${PRESET:-tiny}" --steps "${STEPS:-10}" --warmup "${WARMUP:-2}" --threads "${THREADS:-2}" \
-    --set train.micro_batch="${BATCH:-8}" ${EXTRA:-} ${OPS:+--profile} 2>/dev/null |
-    OPS="${OPS:-}" python3 -c '
+  text=$("$1" bench --config "${PRESET:-tiny}" --steps "${STEPS:-10}" --warmup "${WARMUP:-2}" --threads "${THREADS:-2}" \
+    --set train.micro_batch="${BATCH:-8}" ${EXTRA:-} ${OPS:+--profile} 2>"$err") && grep -q '[0-9] tokens/s' <<<"$text" ||
+    { echo "ab_binaries: $1 bench failed or printed no tokens/s; its stderr:" >&2; cat "$err" >&2; exit 1; }
+  OPS="${OPS:-}" python3 -c '
 import os, re, sys
 text = sys.stdin.read()
 seconds = {l.split()[0]: l.split()[2] for l in text.splitlines() if len(l.split()) == 4 and l.split()[3].endswith("%")}
 print(round(float(re.search(r"([0-9.]+) tokens/s", text).group(1))),
-      *[seconds.get(op, "nan") for op in os.environ["OPS"].split()])'
+      *[seconds.get(op, "nan") for op in os.environ["OPS"].split()])' <<<"$text"
 }
-log=$(mktemp)
+log=$(mktemp) err=$(mktemp)
 busy_pid=
 stop_busy() { [ -n "$busy_pid" ] && kill "$busy_pid" 2>/dev/null; wait "$busy_pid" 2>/dev/null || true; busy_pid=; }
-trap 'stop_busy; rm -f "$log"' EXIT
+trap 'stop_busy; rm -f "$log" "$err"' EXIT
 echo "ab_binaries: A=$A B=$B, ${PRESET:-tiny}, $(cpu_model), $(nproc) CPUs" >&2
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for mode in ${MODES:-quiet busy}; do

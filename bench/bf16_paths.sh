@@ -15,14 +15,18 @@ source "$(dirname "$0")/machine.sh"
 CTRL=${CTRL:-build/ctrl}
 [ -x "$CTRL" ] || { echo "bf16_paths: $CTRL is not executable (build first)" >&2; exit 2; }
 echo "bf16_paths: ${PRESET:-small}, $(cpu_model), $(nproc) CPUs, ONEDNN_MAX_CPU_ISA=${ONEDNN_MAX_CPU_ISA:-unset}, commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-runs=$(mktemp)
-trap 'rm -f "$runs"' EXIT
+runs=$(mktemp) err=$(mktemp)
+trap 'rm -f "$runs" "$err"' EXIT
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for path in ${PATHS:-native widened} fp32; do
     set_precision=(--set train.precision=bf16 --set "train.cpu_bf16=$path")
     [ "$path" = fp32 ] && set_precision=()
-    "$CTRL" bench --config "${PRESET:-small}" --steps "${STEPS:-4}" --warmup "${WARMUP:-1}" \
-      --threads "${THREADS:-$(nproc)}" "${set_precision[@]}" --json 2>/dev/null |
+    # ctrl's stderr is kept, and shown when it fails or prints no JSON.
+    json=$("$CTRL" bench --config "${PRESET:-small}" --steps "${STEPS:-4}" --warmup "${WARMUP:-1}" \
+      --threads "${THREADS:-$(nproc)}" "${set_precision[@]}" --json 2>"$err") &&
+      python3 -c 'import json, sys; json.loads(sys.argv[1])' "$json" 2>/dev/null ||
+      { echo "bf16_paths: ctrl bench ($path, round $r) failed or printed no JSON; its stderr:" >&2; cat "$err" >&2; exit 1; }
+    printf '%s\n' "$json" |
       python3 -c 'import json, sys; d = json.load(sys.stdin); d["round"], d["path"] = sys.argv[1], sys.argv[2]
 line = "round %s %-8s %8.0f tokens/s  peak %5.0f MiB" % (d["round"], d["path"], d["tokens_per_s"], d["peak_rss_bytes"] / 2**20)
 if "bf16_probe_step_s" in d:

@@ -15,6 +15,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/machine.sh
+command_line=""
+for v in BEFORE AFTER PRESET PRECISIONS STEPS WARMUP ROUNDS THREADS SETS WORK RESULTS; do
+  [ -n "${!v+x}" ] && command_line+="$v=\"${!v}\" "
+done
+command_line+="bash bench/compare_builds.sh"
 
 BEFORE=${BEFORE:-956076b}
 AFTER=${AFTER:-build/ctrl}
@@ -54,6 +59,8 @@ before_bin=$(binary_of "$BEFORE")
 after_bin=$(binary_of "$AFTER")
 raw="$WORK/raw.jsonl"
 : > "$raw"
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
 for round in $(seq 1 "$ROUNDS"); do
   for precision in $PRECISIONS; do
     # Alternate which build goes first, so neither always runs on a warmer machine.
@@ -62,9 +69,12 @@ for round in $(seq 1 "$ROUNDS"); do
     for which in $order; do
       bin=$before_bin
       [ "$which" = after ] && bin=$after_bin
+      # ctrl's stderr is kept, and shown when it fails or prints no JSON.
       line=$("$bin" bench --config "$PRESET" --steps "$STEPS" --warmup "$WARMUP" --threads "$THREADS" \
-        --set train.precision="$precision" "${sets[@]}" --json 2> /dev/null |
-        python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)))')
+        --set train.precision="$precision" "${sets[@]}" --json 2> "$err") &&
+        line=$(python3 -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1])))' "$line" 2> /dev/null) ||
+        { echo "compare_builds: $bin bench ($which, $precision) failed or printed no JSON; its stderr:" >&2
+          cat "$err" >&2; exit 1; }
       echo "{\"build\": \"$which\", \"round\": $round, \"result\": $line}" >> "$raw"
       printf 'round %d/%d  %-5s %-6s %8.1f tokens/s\n' "$round" "$ROUNDS" "$precision" "$which" \
         "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["tokens_per_s"])' "$line")" >&2
@@ -72,12 +82,13 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-table=$(python3 - "$raw" "$BEFORE" "$AFTER" "$PRESET" "$ROUNDS" "$STEPS" <<'EOF'
+table=$(python3 - "$raw" "$BEFORE" "$AFTER" "$PRESET" "$ROUNDS" "$STEPS" "$(cpu_model)" "$(nproc)" <<'EOF'
 import json, statistics, sys
-raw, before, after, preset, rounds, steps = sys.argv[1:]
+raw, before, after, preset, rounds, steps, cpu, cores = sys.argv[1:]
 runs = [json.loads(l) for l in open(raw)]
-cpu = runs[0]["result"]["cpu"]; threads = runs[0]["result"]["threads"]
-print(f"`{preset}`, {steps} timed steps per run, median of {rounds} alternating rounds; {cpu}, {threads} threads.")
+threads = runs[0]["result"]["threads"]
+print(f"`{preset}`, {steps} timed steps per run, median of {rounds} alternating rounds; {cpu}, {cores} CPUs, "
+      f"{threads} threads.")
 print(f"before = {before}, after = {after}\n")
 print("| precision | before tokens/s | after tokens/s | after/before | before peak RSS | after peak RSS |")
 print("|---|---:|---:|---:|---:|---:|")
@@ -98,8 +109,8 @@ if [ -n "${RESULTS:-}" ]; then
   {
     echo "# ctrl bench, two builds alternating ($(date -u +%Y-%m-%d))"
     echo
-    echo "Command: \`BEFORE=$BEFORE AFTER=$AFTER PRESET=$PRESET ROUNDS=$ROUNDS STEPS=$STEPS SETS=\"$SETS\" bash bench/compare_builds.sh\`"
-    echo "at commit $(git rev-parse --short HEAD); ISA: $(cpu_isa)"
+    echo "Command: \`$command_line\`"
+    echo "at commit $(git rev-parse --short HEAD); $(cpu_model), $(nproc) CPUs; ISA: $(cpu_isa)"
     echo
     echo "$table"
   } > "$out.tmp"

@@ -298,7 +298,7 @@ python3 - "$report.tmp" "$OUT" "$DEFAULT_DATA" "$JA_DATA" "$RESULTS_DIR" \
   date="$date_started" cpu="$cpu_model" isa="$isa" cores="$(nproc)" commit="$commit" command="$command_line" \
   seconds="$secs" load_started="$load_started" load_ended="$(cut -d' ' -f1-3 /proc/loadavg)" \
   max_sequences="$MAX_SEQUENCES" accuracy_n="$ACCURACY" samples="$SAMPLES" eval_every="$eval_every" \
-  warmup="$warmup" ja_valid_fraction="$JA_VALID_FRACTION" <<'EOF'
+  warmup="$warmup" ja_valid_fraction="$JA_VALID_FRACTION" preset="${cand_config[$MODEL]}" <<'EOF'
 import json, math, os, sys
 out_md, OUT, default_data, ja_data, results_dir = sys.argv[1:6]
 meta = dict(a.split("=", 1) for a in sys.argv[6:])
@@ -356,13 +356,28 @@ for name, p in plan["probes"].items():
       f"{p['budget_tokens_per_parameter']:.2f} |")
 w("")
 given = " (given as STEPS, not derived from the budget)" if plan["steps_given"] else ""
+# The optimizer, schedule and dropout as the run recorded them (its config.json), not as assumed.
+cfg = json.load(open(f"{OUT}/default/config.json"))
+lr = float(cfg["train.lr"])
+embd, resid = float(cfg["model.embd_pdrop"]), float(cfg["model.resid_pdrop"])
+dropout = f"dropout {resid:g}" if embd == resid else f"embedding dropout {embd:g}, residual dropout {resid:g}"
 w(f"Trained: **{model}**, **{steps} steps**{given} of {probe['tokens_per_step']} tokens "
-  f"({steps * probe['tokens_per_step'] / 1e6:.2f}M tokens) on each corpus, the `tiny` preset's AdamW and cosine "
-  f"schedule (lr 1e-3 to 1e-4, warmup {meta['warmup']}, dropout 0.1), held-out evaluation every "
-  f"{meta['eval_every']} steps on 4 micro-batches of windows per code. Why `{model}`: the pilot "
-  f"([control-demo-pilot.md]({pilot})) trained `tiny` and `narrow` for equal compute (10 minutes "
-  f"of this machine) on the default corpus, and `narrow`, with 3 times the steps, had the lower held-out loss on "
-  f"every code; `small` sees less than one pass over either corpus in the budget.\n")
+  f"({steps * probe['tokens_per_step'] / 1e6:.2f}M tokens) on each corpus, the `{meta['preset']}` preset's "
+  f"`{cfg['train.optimizer']}` optimizer and {cfg['train.schedule']} schedule (lr {lr:g} to "
+  f"{lr * float(cfg['train.min_lr_ratio']):g}, warmup {cfg['train.warmup_steps']}, {dropout}), held-out evaluation "
+  f"every {meta['eval_every']} steps on 4 micro-batches of windows per code. ")
+pilot_text = (f"the pilot ([control-demo-pilot.md]({pilot})) trained `tiny` and `narrow` for equal compute (10 minutes "
+              f"of a 2-core machine) on the default corpus, and `narrow`, with 3 times the steps, had the lower "
+              f"held-out loss on every code")
+if model == "narrow":
+    L[-1] += f"Why `{model}`: {pilot_text}"
+else:
+    L[-1] += f"Why `{model}`: chosen with MODEL={model}; the default, `narrow`, is the pilot's choice: {pilot_text}"
+if "small" in plan["probes"] and model != "small":
+    sp = plan["probes"]["small"]["budget_passes"]
+    L[-1] += (f"; `small` would see {sp['default']:.2f} passes over the default corpus and {sp['ja']:.2f} over the "
+              f"Japanese one in the budget")
+L[-1] += ".\n"
 
 # --- corpora
 w("## The corpora\n")

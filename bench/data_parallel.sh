@@ -28,7 +28,8 @@ FLAGS=(train --config "$PRESET" --quiet --set train.steps="$STEPS" --set train.l
 # Median tokens/s of steps 2.. of a run directory.
 median_tps() {
   jq -s '[.[] | select(.loss != null and .step > 1) | .tokens_per_s] | sort |
-         if length == 0 then 0 else .[(length - 1) / 2 | floor] end' "$1/metrics.jsonl"
+         if length == 0 then 0 elif length % 2 == 1 then .[(length - 1) / 2]
+         else (.[length / 2 - 1] + .[length / 2]) / 2 end' "$1/metrics.jsonl"
 }
 steps_tps() { jq -r 'select(.loss != null) | .tokens_per_s | floor' "$1/metrics.jsonl" | paste -sd' '; }
 

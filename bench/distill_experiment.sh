@@ -21,10 +21,18 @@
 #   student, default L2 D128 H2 F512), STEPS (the plain student's steps,
 #   default 600), ALPHA (0.5), TAU (2), EVAL_EVERY (25), EVAL_BATCHES (2),
 #   MAX_SEQUENCES (windows per code for the final matrices, 64), BUILD (build).
-# Rerunning resumes finished or interrupted runs instead of redoing them.
+# Each run writes a checkpoint every EVAL_EVERY steps (training time leaves
+# them out), so rerunning resumes finished or interrupted runs instead of
+# redoing them. distill.md starts with the machine (CPU model, ISA flags,
+# cores), commit, date and command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/machine.sh
+command_line=""
+for v in TEACHER TEACHER_STEPS STUDENT STEPS ALPHA TAU EVAL_EVERY EVAL_BATCHES MAX_SEQUENCES BUILD; do
+  [ -n "${!v+x}" ] && command_line+="$v=\"${!v}\" "
+done
+command_line+="bash bench/distill_experiment.sh $*"
 DATA="${1:-data/default}"
 OUT="${2:-runs/distill}"
 BUILD="${BUILD:-build}"
@@ -52,7 +60,7 @@ train() {  # train NAME STEPS ARGS...: one run into $OUT/NAME, resumed if it has
   echo "=== $name ($steps steps)" >&2
   "$BUILD/ctrl" train --config tiny --data "$DATA" --out "$OUT/$name" "${resume[@]}" "$@" \
     --set train.steps="$steps" --set train.eval_every="$EVAL_EVERY" --set train.eval_batches="$EVAL_BATCHES" \
-    --set train.log_every=1 --set train.checkpoint_every="$steps"
+    --set train.log_every=1 --set train.checkpoint_every="$EVAL_EVERY"
 }
 last() { ls "$1"/checkpoints/step-*.ckpt | sort -V | tail -n 1; }
 
@@ -76,12 +84,19 @@ train student-distilled "$steps_distilled" "${student[@]}" --teacher "$teacher" 
 # Held-out loss per code and control gain of each model (the code-by-code matrix).
 for name in teacher student student-distilled; do
   if [ "$name" = teacher ]; then ckpt=$teacher; else ckpt=$(last "$OUT/$name"); fi
+  mkdir -p "$OUT/$name"  # with TEACHER given, nothing was trained into $OUT/teacher
   "$BUILD/ctrl" eval --model "$ckpt" --data "$DATA" --codes --max-sequences "$MAX_SEQUENCES" \
     --out "$OUT/$name" --json > "$OUT/$name/codes.json"
 done
 "$BUILD/lighter_plot" "$OUT/distill.svg" student="$OUT/student" \
   student-distilled="$OUT/student-distilled" > "$OUT/runs.md"
-python3 - "$OUT" "$teacher" "$ALPHA" "$TAU" "$STEPS" "$steps_distilled" > "$OUT/distill.md" <<'EOF'
+{
+  echo "$(date -u +%Y-%m-%d), $(cpu_model) ($(nproc) CPUs; ISA: $(cpu_isa)), commit" \
+    "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)')."
+  echo "Command: \`${command_line% }\`"
+  echo
+} > "$OUT/distill.md"
+python3 - "$OUT" "$teacher" "$ALPHA" "$TAU" "$STEPS" "$steps_distilled" >> "$OUT/distill.md" <<'EOF'
 import json, sys
 out, teacher, alpha, tau, steps, steps_d = sys.argv[1:]
 models = [("teacher (tiny)", "teacher"), ("student alone", "student"), ("student + teacher", "student-distilled")]

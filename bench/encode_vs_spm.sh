@@ -3,8 +3,12 @@
 # (Debian package `sentencepiece`), same model, same text, one run.
 #   bench/encode_vs_spm.sh [BUILD_DIR] [CORPUS_DIR] [THREADS]
 # CORPUS_DIR is a `ctrl prepare` output (default: the built-in corpus, prepared
-# into /tmp/ctrl-bench-corpus if missing). Its train text, one document per
-# line, is encoded by both; the ids must be identical (checked with cmp).
+# into /tmp/ctrl-bench-corpus if missing). Its train text, decoded, one
+# document per line (a document's newlines written as spaces), is encoded by
+# both, line by line: spm_encode each line whole, ctrl each line with
+# Tokenizer::encode_batch (a line over 64 KiB in pieces cut at sentence ends).
+# The ids of every line must be identical: on a difference the script prints
+# the first differing line's number and exits 1.
 set -eu
 BUILD=${1:-build}
 CORPUS=${2:-/tmp/ctrl-bench-corpus}
@@ -30,3 +34,18 @@ awk -v b="$BYTES" -v l="$LINES" -v s0="$t0" -v s1="$t1" -v s2="$t2" -v enc="$(ca
   printf "ctrl encode (%d threads, end to end): %6.2f s  %6.2f MB/s (encoding alone %.2f s, %.2f MB/s)\n", th, ctrl, mb / ctrl, enc, mb / enc;
   printf "ratio ctrl/spm_encode: %.2fx end to end; ids %s\n", spm / ctrl, same;
 }'
+if [ "$SAME" != identical ]; then
+  # The first line whose ids differ (or that one side lacks), and how many lines differ.
+  DIFF=$(awk -v other="$WORK/ctrl.ids" '{
+    if ((getline o < other) <= 0) o = "(missing)"
+    if (o != $0) { if (!first) first = NR; n++ }
+  } END {
+    while ((getline o < other) > 0) { if (!first) first = NR + 1; n++ }
+    if (first) printf "%d %d", first, n
+  }' "$WORK/spm.ids")
+  [ -n "$DIFF" ] || { echo "ids DIFFERENT: the id files differ only in their line ends" >&2; exit 1; }
+  first=${DIFF% *}
+  echo "ids DIFFERENT: first differing line $first ($(sed -n "${first}p" "$WORK/text.txt" | wc -c) bytes of text;" \
+    "${DIFF#* } of $LINES lines differ)" >&2
+  exit 1
+fi

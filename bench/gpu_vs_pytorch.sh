@@ -24,7 +24,9 @@
 # ROUNDS=1 DEVICE=cuda CTRL=build/ctrl COMMIT (default: git's) PY (default .venv/bin/python, else
 # python3) GPU=<a name ctrl plan knows, e.g. H200> (default: nvidia-smi's name)
 # RESULTS=<folder>. REPORT_ONLY=1 runs nothing and makes the report from the
-# JSON already in RESULTS (after an interrupted run). DEVICE=cpu runs the same comparison on the CPU (no MFU),
+# JSON already in RESULTS (after an interrupted run; no GPU or torch needed, the
+# run's machine.txt and plan files are kept). Otherwise a run first removes the
+# per-round JSON an earlier run left in RESULTS. DEVICE=cpu runs the same comparison on the CPU (no MFU),
 # which is how the script itself is tested without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,21 +46,22 @@ WARMUP=${WARMUP:-5}
 ROUNDS=${ROUNDS:-1}
 DEVICE=${DEVICE:-cuda}
 CTRL=${CTRL:-build/ctrl}
+REPORT_ONLY=${REPORT_ONLY:-0}
 if [ -z "${PY:-}" ]; then
   PY=python3
   [ -x .venv/bin/python ] && PY=.venv/bin/python
 fi
 die() { echo "gpu_vs_pytorch: $*" >&2; exit 2; }
 [ -x "$CTRL" ] || command -v "$CTRL" >/dev/null || die "no ctrl binary at $CTRL (build first, or set CTRL=)"
-"$PY" -c 'import torch, transformers' 2>/dev/null || die "$PY cannot import torch and transformers (bash tools/setup_python.sh, or set PY=)"
+[ "$REPORT_ONLY" = 1 ] || "$PY" -c 'import torch, transformers' 2>/dev/null || die "$PY cannot import torch and transformers (bash tools/setup_python.sh, or set PY=)"
 for p in $PRECISIONS; do [[ $p =~ ^(fp32|bf16|fp16)$ ]] || die "PRECISIONS: '$p' is not fp32, bf16 or fp16"; done
 for p in $PEERS; do [[ $p =~ ^(eager|compile)$ ]] || die "PEERS: '$p' is not eager or compile"; done
 for v in BATCH STEPS ROUNDS; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v=${!v}: expected a positive whole number"; done
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP=$WARMUP: expected a whole number"
 
-# The GPU, for the datasheet peak that ctrl plan has for it.
+# The GPU, for the datasheet peak that ctrl plan has for it (REPORT_ONLY: the run's, from machine.txt).
 gpu_name=cpu
-if [[ $DEVICE == cuda* ]]; then
+if [[ $DEVICE == cuda* ]] && [ "$REPORT_ONLY" != 1 ]; then
   index=${DEVICE#cuda}; index=${index#:}
   gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "${index:-0}" 2>/dev/null | head -1) ||
     die "nvidia-smi found no GPU ${index:-0}"
@@ -72,7 +75,9 @@ fi
 
 out=${RESULTS:-$(mktemp -d)}
 mkdir -p "$out"
-[ "${REPORT_ONLY:-0}" = 1 ] && [ -f "$out/machine.txt" ] || {
+# A new run's figures only: an earlier run's per-round JSON in the same folder would mix into the medians.
+[ "$REPORT_ONLY" = 1 ] || rm -f "$out"/*-{fp32,bf16,fp16}-{ctrl,eager,compile}-r[0-9]*.json
+[ "$REPORT_ONLY" = 1 ] && [ -f "$out/machine.txt" ] || {
   echo "gpu=$gpu_name"
   echo "plan_gpu=${GPU:-}"
   echo "driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 || true)"
@@ -86,16 +91,20 @@ mkdir -p "$out"
   echo "precisions=$PRECISIONS"
   echo "peers=$PEERS"
 } >"$out/machine.txt"
-if [ "${REPORT_ONLY:-0}" = 1 ]; then  # what the interrupted run was asked for
+if [ "$REPORT_ONLY" = 1 ]; then  # what the interrupted run was asked for, on its GPU
   PRESETS=$(sed -n 's/^presets=//p' "$out/machine.txt")
   PRECISIONS=$(sed -n 's/^precisions=//p' "$out/machine.txt")
   PEERS=$(sed -n 's/^peers=//p' "$out/machine.txt")
+  gpu_name=$(sed -n 's/^gpu=//p' "$out/machine.txt")
+  GPU=$(sed -n 's/^plan_gpu=//p' "$out/machine.txt")
 fi
 echo "gpu_vs_pytorch: results in $out ($gpu_name)" >&2
 
-# Model FLOPs per token and the datasheet peak (TFLOP/s) for a preset and precision.
+# Model FLOPs per token and the datasheet peak (TFLOP/s) for a preset and precision
+# (REPORT_ONLY keeps the run's own).
 for preset in $PRESETS; do
   for prec in $PRECISIONS; do
+    [ "$REPORT_ONLY" = 1 ] && [ -f "$out/$preset-$prec-plan.json" ] && continue
     if [ -n "${GPU:-}" ]; then
       "$CTRL" plan --config "$preset" --tokens 1e9 --gpu "$GPU" --set train.precision="$prec" --json \
         >"$out/$preset-$prec-plan.json" || die "ctrl plan failed for $preset $prec on $GPU"
@@ -122,7 +131,7 @@ run_one() {
     --warmup-steps "$WARMUP" --precision "$prec" "${args[@]}" --json >"$json"
 }
 
-[ "${REPORT_ONLY:-0}" = 1 ] && ROUNDS=0
+[ "$REPORT_ONLY" = 1 ] && ROUNDS=0
 # shellcheck source=rounds.sh
 source bench/rounds.sh
 # shellcheck disable=SC2086 # PEERS is a list

@@ -12,10 +12,19 @@
 #   EVAL_BATCHES (micro-batches per code per evaluation, default 4), THREADS
 #   (default: all cores), BUILD (default build), EXTRA (more --set arguments
 #   for every run, e.g. "--set model.n_ctx=64").
-# Runs one after another, so each gets the whole machine; rerunning resumes
-# finished or interrupted runs (ctrl train --resume) instead of redoing them.
+# Runs one after another, so each gets the whole machine; each run writes a
+# checkpoint every EVAL_EVERY steps (training time in metrics.jsonl leaves
+# them out), so rerunning resumes finished or interrupted runs (ctrl train
+# --resume) instead of redoing them. lighter.md starts with the machine (CPU
+# model, ISA flags, cores), commit, date and command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/machine.sh
+command_line=""
+for v in STEPS EVAL_EVERY EVAL_BATCHES THREADS BUILD EXTRA; do
+  [ -n "${!v+x}" ] && command_line+="$v=\"${!v}\" "
+done
+command_line+="bash bench/lighter_experiment.sh $*"
 DATA="${1:-data/default}"
 OUT="${2:-runs/lighter}"
 BUILD="${BUILD:-build}"
@@ -46,8 +55,14 @@ for name in unshared shared-all shared-attention factorized-E128; do
   echo "=== $name" >&2
   "$BUILD/ctrl" train --config tiny --data "$DATA" --out "$run" "${resume[@]}" "${sets[@]}" "${extra[@]}" \
     --set train.steps="$STEPS" --set train.eval_every="$EVAL_EVERY" --set train.eval_batches="$EVAL_BATCHES" \
-    --set train.log_every=1 --set train.checkpoint_every="$STEPS" --set train.threads="$THREADS"
+    --set train.log_every=1 --set train.checkpoint_every="$EVAL_EVERY" --set train.threads="$THREADS"
   plots+=("$name=$run")
 done
-"$BUILD/lighter_plot" "$OUT/lighter.svg" "${plots[@]}" | tee "$OUT/lighter.md"
+{
+  echo "$(date -u +%Y-%m-%d), $(cpu_model) ($(nproc) CPUs; ISA: $(cpu_isa)), commit" \
+    "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)')."
+  echo "Command: \`${command_line% }\`"
+  echo
+  "$BUILD/lighter_plot" "$OUT/lighter.svg" "${plots[@]}"
+} | tee "$OUT/lighter.md"
 echo "chart: $OUT/lighter.svg, table: $OUT/lighter.md" >&2

@@ -5,9 +5,16 @@
 #
 # Knobs (environment): PRESET=small PRECISIONS="fp32 bf16" BATCHES="1 8 16 32 64"
 # STEPS=2 WARMUP=1 CTRL=build/ctrl PLOT=build/memory_plot RESULTS=<folder>
-# (default: a new temporary folder; the SVG is RESULTS/memory-PRESET.svg).
+# (default: a new temporary folder; the SVG is RESULTS/memory-PRESET.svg, the
+# table with the machine, commit, date and command RESULTS/memory-PRESET.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/machine.sh
+command_line=""
+for v in PRESET PRECISIONS BATCHES STEPS WARMUP; do
+  [ -n "${!v+x}" ] && command_line+="$v=\"${!v}\" "
+done
+command_line+="bash bench/memory_vs_batch.sh"
 
 PRESET=${PRESET:-small}
 PRECISIONS=${PRECISIONS:-fp32 bf16}
@@ -31,5 +38,13 @@ for prec in $PRECISIONS; do
     files+=("$out/ctrl-$prec-b$b.json")
   done
 done
-"$PLOT" "$out/memory-$PRESET.svg" "${files[@]}"
-echo "memory_vs_batch: chart in $out/memory-$PRESET.svg" >&2
+{
+  echo "# Peak memory against micro-batch, \`$PRESET\`"
+  echo
+  echo "$(date -u +%Y-%m-%d), $(cpu_model) ($(nproc) CPUs; ISA: $(cpu_isa)), commit" \
+    "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)')."
+  echo "Command: \`$command_line\` ($STEPS steps after $WARMUP warm-up, dropout as the preset)."
+  echo
+  "$PLOT" "$out/memory-$PRESET.svg" "${files[@]}"
+} | tee "$out/memory-$PRESET.md"
+echo "memory_vs_batch: chart in $out/memory-$PRESET.svg, table in $out/memory-$PRESET.md" >&2

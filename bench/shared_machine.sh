@@ -34,6 +34,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/machine.sh
+command_line=""
+for v in PRESET BATCH STEPS WARMUP ROUNDS THREADS POLICIES CTRL PEER WORK SESSION MODEL CODE TOKENS; do
+  [ -n "${!v+x}" ] && command_line+="$v=\"${!v}\" "
+done
+command_line+="bash bench/shared_machine.sh"
 
 PRESET=${PRESET:-tiny}
 BATCH=${BATCH:-8}
@@ -100,7 +105,8 @@ run_one() {
     python3 -c "print($tokens / ($end - $start))"
   elif [ "$who" = ctrl ]; then
     "${env[@]}" "$CTRL" bench --config "$PRESET" --steps "$STEPS" --warmup "$WARMUP" "${pin[@]}" \
-      --set train.micro_batch="$BATCH" --json 2>>"$out/stderr.log" | tokens_per_s
+      --set train.micro_batch="$BATCH" --set model.embd_pdrop=0 --set model.resid_pdrop=0 --json \
+      2>>"$out/stderr.log" | tokens_per_s
   else
     "${env[@]}" "$PY" bench/pytorch_train.py --preset "$PRESET" --batch "$BATCH" --steps "$STEPS" \
       --warmup-steps "$WARMUP" --threads "$threads" --json 2>>"$out/stderr.log" | tokens_per_s
@@ -130,7 +136,19 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 
-python3 - "$out/runs.txt" "${settings[@]}" <<'EOF' | tee "$out/shared_machine.md"
+{
+  echo "# Tokens/s quiet and beside one busy process"
+  echo
+  echo "$(date -u +%Y-%m-%d), $(cpu_model) ($(nproc) CPUs; ISA: $(cpu_isa)), commit" \
+    "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)')."
+  how="ctrl generate, start-up included"
+  peer=""
+  [ "$PEER" = 1 ] && peer=" and pytorch_train.py"
+  [ "$WORK" = train ] && how="ctrl bench$peer, dropout 0, $STEPS steps after $WARMUP warm-up"
+  echo "Command: \`$command_line\`. WORK=$WORK: $what ($how), $THREADS threads; busy loop in the $SESSION session; $ROUNDS rounds."
+  echo
+} | tee "$out/shared_machine.md"
+python3 - "$out/runs.txt" "${settings[@]}" <<'EOF' | tee -a "$out/shared_machine.md"
 import statistics, sys
 runs, by_round = {}, {}
 for line in open(sys.argv[1]):

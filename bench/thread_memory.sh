@@ -13,6 +13,8 @@ source bench/machine.sh
 PRESETS=${PRESETS:-tiny small base} PATHS=${PATHS:-fp32 native widened} COUNTS=${COUNTS:-2 8 16}
 STEPS=${STEPS:-2} WARMUP=${WARMUP:-1} BATCH=${BATCH:-} CTRL=${CTRL:-build/ctrl}
 [ -x "$CTRL" ] || { echo "thread_memory: no $CTRL (build first)" >&2; exit 2; }
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
 echo "$(cpu_model); $(nproc) CPUs; $(git rev-parse --short HEAD)"
 echo "| preset | products | threads | peak MiB | plan MiB | peak / plan | tokens/s |"
 echo "|---|---|---:|---:|---:|---:|---:|"
@@ -26,8 +28,11 @@ for preset in $PRESETS; do
     batch=()
     [ -n "$BATCH" ] && batch=(--set train.micro_batch="$BATCH")
     for n in $COUNTS; do
+      # ctrl's stderr is kept, and shown when it fails or prints no JSON.
       json=$("$CTRL" bench --config "$preset" --steps "$STEPS" --warmup "$WARMUP" --threads "$n" --json \
-        "${set_path[@]}" "${batch[@]}" 2>/dev/null)
+        "${set_path[@]}" "${batch[@]}" 2>"$err") && python3 -c 'import json, sys; json.loads(sys.argv[1])' "$json" 2>/dev/null ||
+        { echo "thread_memory: ctrl bench ($preset, $path, $n threads) failed or printed no JSON; its stderr:" >&2
+          cat "$err" >&2; exit 1; }
       python3 -c '
 import json, sys
 d = json.loads(sys.argv[1])

@@ -14,7 +14,8 @@
 # ctrl / best, and ctrl's and PyTorch's best share of this machine's GEMM peak
 # as ctrl measures it (the same model FLOPs per token on both sides).
 #
-# Output (RESULTS, a new temporary folder unless set): every run's JSON,
+# Output (RESULTS, a new temporary folder unless set; per-round JSON an earlier
+# run left there is removed first): every run's JSON,
 # train-vs-pytorch.md (machine: CPU model, ISA flags, cores; commit, date,
 # command; the table) and train-vs-pytorch.svg (each preset and precision as
 # bars against PyTorch's best).
@@ -23,7 +24,8 @@
 # PEERS="eager eager+tc compile compile+tc" BATCH=8 STEPS=8 WARMUP=2 ROUNDS=1
 # THREADS=$(nproc) CTRL=build/ctrl PY=.venv/bin/python (bash tools/setup_python.sh)
 # RESULTS=<folder>. torch.compile compiles in its first warm-up step (a minute
-# or more on 2 cores), which is not timed.
+# or more on 2 cores), which is not timed. Exits 1 (after writing the table,
+# with "failed" cells) when any run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/machine.sh
@@ -45,6 +47,7 @@ CTRL=${CTRL:-build/ctrl}
 PY=${PY:-.venv/bin/python}
 die() { echo "train_vs_pytorch: $*" >&2; exit 2; }
 [ -x "$PY" ] || die "no $PY (run: bash tools/setup_python.sh)"
+"$PY" -c 'import torch, transformers' 2>/dev/null || die "$PY cannot import torch and transformers (bash tools/setup_python.sh, or set PY=)"
 [ -x "$CTRL" ] || die "no ctrl binary at $CTRL (build first, or set CTRL=)"
 for p in $PRECISIONS; do [[ $p == fp32 || $p == bf16 ]] || die "PRECISIONS: '$p' is not fp32 or bf16"; done
 for p in $PEERS; do [[ $p =~ ^(eager|compile)(\+tc)?$ ]] || die "PEERS: '$p' is not eager, eager+tc, compile or compile+tc"; done
@@ -57,6 +60,8 @@ fi
 
 out=${RESULTS:-$(mktemp -d)}
 mkdir -p "$out"
+# This run's figures only: an earlier run's per-round JSON in the same folder would mix into the medians.
+rm -f "$out"/*-{fp32,bf16}-{ctrl,eager,eager+tc,compile,compile+tc}-r[0-9]*.json
 {
   echo "cpu=$(cpu_model)"
   echo "flags=$(cpu_isa)"
@@ -137,3 +142,7 @@ title = f"training tokens/s, ctrl and PyTorch {machine['torch']} ({machine['cpu'
 open(os.path.join(out, "train-vs-pytorch.svg"), "w").write(bars_svg(title, groups))
 print(f"chart: {os.path.join(out, 'train-vs-pytorch.svg')}", file=sys.stderr)
 EOF
+if [ "$rounds_failed" != 0 ]; then
+  echo "train_vs_pytorch: $rounds_failed run(s) failed (\"failed\" in the table)" >&2
+  exit 1
+fi

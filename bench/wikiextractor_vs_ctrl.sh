@@ -2,12 +2,12 @@
 # ctrl's Wikipedia extraction against WikiExtractor (PyPI wikiextractor, --json --no-templates, one process)
 # on the same XML, in one run; prints both throughputs (MB/s of XML, pages/s), per core, and the ratio.
 #   bench/wikiextractor_vs_ctrl.sh [copies of the sample, default 4]
-# Needs: build-corpus/extract_wikipedia (or $EXTRACT), python3 venv with wikiextractor in $VENV
+# Needs: build/extract_wikipedia (or $EXTRACT), python3 venv with wikiextractor in $VENV
 # (created and installed with pip on first use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COPIES=${1:-4}
-EXTRACT=${EXTRACT:-build-corpus/extract_wikipedia}
+EXTRACT=${EXTRACT:-build/extract_wikipedia}
 VENV=${VENV:-/tmp/wikiextractor-venv}
 SAMPLE=../shared/data/jawiki-excerpt.xml.bz2
 WORK=$(mktemp -d /tmp/wikiextractor_vs_ctrl.XXXXXX)
