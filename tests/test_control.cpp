@@ -245,6 +245,9 @@ TEST(ControlAccuracy, SamplesFollowTheirCodeAndTheCeilingIsMeasured) {
   EXPECT_EQ(capped["sampling"]["max_tokens"].get<int64_t>(), n_ctx);
   ASSERT_EQ(test_support::run_shell(base + " --control-accuracy 1 --max-tokens 100000 2>/dev/null", &out), 0);
   EXPECT_NE(out.find("snippets of " + std::to_string(n_ctx) + " tokens"), std::string::npos) << out;
+  // Flags that --control-accuracy alone would ignore are refused.
+  EXPECT_NE(test_support::run_shell(base + " --control-accuracy 1 --max-sequences 4 2>&1", &out), 0);
+  EXPECT_NE(out.find("--max-sequences sets the held-out windows of plain eval and --codes"), std::string::npos) << out;
 }
 
 // An empty sample (end of document first) has no text to label: it is a miss

@@ -21,7 +21,8 @@ const char* kUsage =
     "                 [--top-p P] [--penalty THETA] [--seed S]] [--out DIR] [--device cpu|checked|cuda[:N]]\n"
     "                 [--threads N]\n\n"
     "Loss (nats per token) and perplexity of a checkpoint on each control code's held-out split of a\n"
-    "prepared corpus, over up to N windows of n_ctx tokens per code (default 256).\n\n"
+    "prepared corpus, over up to N windows of n_ctx tokens per code (default 256), scored --batch N\n"
+    "windows at a time (default: the checkpoint's train.micro_batch; the results do not depend on it).\n\n"
     "--codes  the code-by-code matrix: each code A's held-out windows scored again with their control\n"
     "         token replaced by each code B. Prints the loss and perplexity matrices and each code's\n"
     "         control gain (mean loss under the other codes minus the loss under its own; positive when\n"
@@ -105,6 +106,10 @@ int run(const std::vector<std::string>& argv) {
   ao.quiet = args.has("json");
   for (const char* f : {"max-tokens", "temperature", "top-k", "top-p", "penalty", "seed"})
     if (args.has(f) && !accuracy) fail(std::string("ctrl eval: --") + f + " is a sampling flag of --control-accuracy; give it too");
+  for (const char* f : {"max-sequences", "batch"})
+    if (args.has(f) && accuracy && !codes)
+      fail(std::string("ctrl eval: --") + f + " sets the held-out windows of plain eval and --codes; " +
+           "--control-accuracy alone does not use it");
   if (args.has("out") && !codes && !accuracy)
     fail("ctrl eval: --out is where --codes and --control-accuracy write their files; give one of them");
   const std::string model_path = model_checkpoint(args.require("model"));
@@ -163,7 +168,17 @@ int run(const std::vector<std::string>& argv) {
       std::printf("\nclassifier ceiling: held-out documents cut into snippets of %lld tokens\n",
                   static_cast<long long>(a.sample_tokens));
       print_confusion(a, a.ceiling_confusion, "held-out of");
-      std::printf("ceiling accuracy %.1f%%\n", 100 * ControlAccuracy::accuracy(a.ceiling_confusion));
+      std::string ceiling_codes;  // the ceiling's mean runs over the codes with held-out text only
+      size_t with_text = 0;
+      for (size_t c = 0; c < a.codes.size(); ++c) {
+        int64_t n = 0;
+        for (int64_t v : a.ceiling_confusion[c]) n += v;
+        if (n > 0) ceiling_codes += (with_text++ ? ", " : "") + a.codes[c];
+      }
+      std::printf("ceiling accuracy %.1f%%%s\n", 100 * ControlAccuracy::accuracy(a.ceiling_confusion),
+                  with_text < a.codes.size()
+                      ? (" (over " + ceiling_codes + " only: the codes with held-out text)").c_str()
+                      : "");
       std::printf("\nwrote %s/control-accuracy.json (with the samples)\n", out.c_str());
     }
   }

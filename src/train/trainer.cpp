@@ -541,14 +541,17 @@ void Trainer::save() {
 // the user should know about its precision on this backend.
 void Trainer::print_start() {
   const auto& t = config_.train;
+  char recomputed[64] = "";
+  if (config_.model.recompute != "none")
+    std::snprintf(recomputed, sizeof recomputed, "; %.1f with recomputation",
+                  train_hardware_flops_per_token(config_.model) / 1e6);
   std::fprintf(stderr,
-               "training %s: %.2fM parameters, %.1f MFLOP/token (model; %.1f with recomputation), %lld steps of "
+               "training %s: %.2fM parameters, %.1f MFLOP/token (model%s), %lld steps of "
                "%lld sequences x %lld tokens, %d thread%s (%s)\n",
                config_.preset.c_str(), double(model_->layout().count()) / 1e6,
-               train_flops_per_token(config_.model) / 1e6, train_hardware_flops_per_token(config_.model) / 1e6,
-               static_cast<long long>(t.steps), static_cast<long long>(t.global_batch),
-               static_cast<long long>(config_.model.n_ctx), ops_->threads(), ops_->threads() == 1 ? "" : "s",
-               openmp_wait_setting().c_str());
+               train_flops_per_token(config_.model) / 1e6, recomputed, static_cast<long long>(t.steps),
+               static_cast<long long>(t.global_batch), static_cast<long long>(config_.model.n_ctx), ops_->threads(),
+               ops_->threads() == 1 ? "" : "s", openmp_wait_setting().c_str());
   if (teacher_)
     std::fprintf(stderr, "distilling from %s: %.2fM parameters, %.1f MFLOP/token forward, alpha %g, temperature %g\n",
                  t.teacher.c_str(), double(teacher_->layout().count()) / 1e6,
