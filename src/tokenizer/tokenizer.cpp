@@ -208,10 +208,15 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const { return enc
 std::vector<int32_t> Tokenizer::encode_clean(std::string_view text) const {
   std::vector<int32_t> out;
   std::vector<int> ids;
-  for (std::string_view piece : split_for_encoding(text, kEncodeChunkBytes)) {
-    const auto status = sp_->Encode(absl::string_view(piece.data(), piece.size()), &ids);
-    if (!status.ok()) fail(path_ + ": encoding failed: " + status.message());
-    out.insert(out.end(), ids.begin(), ids.end());
+  while (!text.empty()) {
+    const size_t line_end = text.find('\n');
+    const size_t n = line_end == std::string_view::npos ? text.size() : line_end + 1;
+    for (std::string_view piece : split_for_encoding(text.substr(0, n), kEncodeChunkBytes)) {
+      const auto status = sp_->Encode(absl::string_view(piece.data(), piece.size()), &ids);
+      if (!status.ok()) fail(path_ + ": encoding failed: " + status.message());
+      out.insert(out.end(), ids.begin(), ids.end());
+    }
+    text.remove_prefix(n);
   }
   return out;
 }
