@@ -98,6 +98,36 @@ TEST(BadInputCrash, EvalBatchesAndMaxSequencesMustBePositive) {
   EXPECT_NE(out.find("--max-sequences -1: expected an integer in [1, "), std::string::npos) << out;
 }
 
+// An empty value, and a flag where a value belongs (the value forgotten), are refused in one
+// line before anything is read or written: `--data ''` once trained on random tokens, and
+// `--out --resume` made a run directory named --resume.
+TEST(BadInputFlags, EmptyValuesAndFlagsTakenForValuesAreRefused) {
+  const std::string dir = fresh_dir("flags");
+  const struct {
+    std::string args, expected;
+  } cases[] = {
+      {"train --config tiny --out " + dir + "/r --data ''", "ctrl train: --data: expected a value, got ''"},
+      {"train --config tiny --out --resume", "ctrl train: --out needs a value; got the flag --resume"},
+      {"eval --model m.ckpt --data d --codes --out --json", "ctrl eval: --out needs a value; got the flag --json"},
+      {"plan --config tiny --tokens 1e9 --gpu ''", "ctrl plan: --gpu: expected a value, got ''"},
+      {"generate --model m.ckpt --control X --prompt --help", "--prompt needs a value; got the flag --help"},
+  };
+  for (const auto& c : cases) {
+    std::string out;
+    EXPECT_EQ(ctrl_cli(c.args, &out), 1) << c.args;
+    EXPECT_NE(out.find(c.expected), std::string::npos) << c.args << ": " << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << c.args << ": " << out;
+  }
+  EXPECT_FALSE(fs::exists("--resume"));
+  EXPECT_FALSE(fs::exists(dir));
+  // An empty prompt is a prompt (none), and --flag=VALUE takes a value that looks like a flag.
+  std::string out;
+  EXPECT_EQ(ctrl_cli("generate --model " + dir + "/none.ckpt --control X --prompt ''", &out), 1);
+  EXPECT_EQ(out.find("--prompt"), std::string::npos) << out;
+  EXPECT_EQ(ctrl_cli("generate --model " + dir + "/none.ckpt --control X --prompt=--json", &out), 1);
+  EXPECT_EQ(out.find("--prompt"), std::string::npos) << out;
+}
+
 // A shard file written with vocabulary `written` whose header then claims `claimed`:
 // the checksum covers only the tokens, so the file is otherwise valid.
 void write_shard_claiming(const std::string& path, const std::vector<uint32_t>& tokens, uint32_t written,

@@ -342,6 +342,31 @@ TEST(RunLifecycle, ResumeOfAMissingRunCreatesNothing) {
   EXPECT_FALSE(fs::exists(o.run_dir));
 }
 
+// A directory that holds files but none of a run's (a Hugging Face export, a
+// corpus) is refused as --out, before anything in it changes: its config.json
+// used to be replaced by the run's.
+TEST(RunLifecycle, ADirectoryThatIsNotARunIsNotWrittenInto) {
+  const std::string dir = fresh_dir("export");
+  make_directories(dir);
+  write_file_atomically(dir + "/config.json", "{\"model_type\": \"ctrl\"}");
+  TrainerOptions o{dir, false, true};
+  const std::string message = test_support::error_of([&] { Trainer(small_config(2), o); });
+  EXPECT_EQ(message, dir +
+                         ": not a ctrl run directory (it holds config.json and no train.lock, checkpoints/ or "
+                         "metrics.jsonl); choose another --out");
+  EXPECT_EQ(read_file(dir + "/config.json"), "{\"model_type\": \"ctrl\"}");
+  EXPECT_FALSE(fs::exists(dir + "/checkpoints"));
+  EXPECT_FALSE(fs::exists(dir + "/train.lock"));
+  o.resume = true;
+  EXPECT_NE(test_support::error_of([&] { Trainer(small_config(2), o); }).find("not a ctrl run directory"),
+            std::string::npos);
+  // An empty directory is a new run's.
+  fs::remove(dir + "/config.json");
+  o.resume = false;
+  Trainer(small_config(2), o).run();
+  EXPECT_TRUE(fs::exists(checkpoint_path(dir, 2)));
+}
+
 // The temporaries of a run killed while writing a checkpoint (and of other
 // files) are removed when the next training takes the directory, with a note.
 TEST(RunLifecycle, LeftoverTemporariesAreRemovedAtTheNextStart) {

@@ -12,6 +12,7 @@ namespace ctrl::cli {
 void Args::flag(const std::string& name) { kinds_[name] = 0; }
 void Args::repeated(const std::string& name) { kinds_[name] = 1; }
 void Args::boolean(const std::string& name) { kinds_[name] = 2; }
+void Args::allow_empty(const std::string& name) { may_be_empty_[name] = true; }
 
 bool Args::parse(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
@@ -39,7 +40,13 @@ bool Args::parse(const std::vector<std::string>& args) {
     if (!has_value) {
       if (i + 1 >= args.size()) fail(who_ + ": --" + name + " needs a value");
       value = args[++i];
+      // `--out --resume`: the value forgotten, the next flag taken for it (a run directory named --resume).
+      const std::string next = value.rfind("--", 0) == 0 ? value.substr(2, value.find('=') - 2) : "";
+      if (!next.empty() && (kinds_.count(next) || next == "help"))
+        fail(who_ + ": --" + name + " needs a value; got the flag " + value + " (--" + name + "=" + value +
+             " if that is the value)");
     }
+    if (value.empty() && !may_be_empty_.count(name)) fail(who_ + ": --" + name + ": expected a value, got ''");
     if (it->second == 0 && values_.count(name)) fail(who_ + ": --" + name + " given twice");
     values_[name].push_back(value);
   }

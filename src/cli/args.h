@@ -2,7 +2,9 @@
 // boolean "--name" and repeatable flags. Unknown flags, stray positional
 // arguments (no command takes any), missing values, malformed numbers and
 // numbers outside a flag's range end in one ctrl::Error line that names the
-// flag and the accepted range.
+// flag and the accepted range. An empty value is refused (unless the flag
+// allows one: an empty --prompt), and so is one of the command's own flags
+// where a value belongs (`--out --resume`).
 #pragma once
 #include <cstdint>
 #include <climits>
@@ -26,6 +28,7 @@ class Args {
   void flag(const std::string& name);        // takes a value
   void repeated(const std::string& name);    // takes a value, may repeat
   void boolean(const std::string& name);     // takes no value
+  void allow_empty(const std::string& name);  // a declared flag whose value may be ""
   // Returns false if --help was given (usage already printed to stdout).
   bool parse(const std::vector<std::string>& args);
 
@@ -43,6 +46,7 @@ class Args {
  private:
   std::string who_, usage_;           // who_: the words errors start with
   std::map<std::string, int> kinds_;  // 0 value, 1 repeated, 2 boolean
+  std::map<std::string, bool> may_be_empty_;
   std::map<std::string, std::vector<std::string>> values_;
   std::vector<std::string> positional_;
 };

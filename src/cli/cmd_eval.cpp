@@ -125,11 +125,11 @@ int run(const std::vector<std::string>& argv) {
   const std::string no_window =
       args.get("data") + ": no control code has a held-out window of n_ctx tokens (" + held_out_gap_note(batches) + ")";
   const std::string out = args.has("out") ? args.get("out") : default_out_dir(model_path);
-  if (codes || accuracy) make_directories(out);
   nlohmann::ordered_json json_out;
   if (codes) {
     const CodeMatrix m = code_matrix(model, batches, batch, max_sequences, args.has("json"));
     if (m.rows.empty()) fail(no_window);
+    make_directories(out);  // only once there is something to write
     const std::string json = code_matrix_json(m);
     write_file_atomically(out + "/control-codes.json", json);
     write_code_matrix_svg(m, out + "/control-codes.svg");
@@ -153,6 +153,7 @@ int run(const std::vector<std::string>& argv) {
                                     : Tokenizer::from_bytes(contents.tokenizer, model_path + " (tokenizer.model)");
     if (codes && !args.has("json")) std::printf("\n");
     const ControlAccuracy a = control_accuracy(model, *data, tokenizer, ao);
+    make_directories(out);
     const std::string json = control_accuracy_json(a, ao);
     write_file_atomically(out + "/control-accuracy.json", json);
     if (args.has("json")) {

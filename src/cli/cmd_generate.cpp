@@ -45,6 +45,7 @@ int run(const std::vector<std::string>& argv) {
   Args args("generate", kUsage);
   for (const char* f : {"model", "control", "prompt", "max-tokens", "temperature", "penalty", "top-k", "top-p", "seed"})
     args.flag(f);
+  args.allow_empty("prompt");  // no text after the control code
   args.boolean("ids");
   args.flag("device");
   args.flag("threads");

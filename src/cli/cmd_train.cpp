@@ -15,7 +15,7 @@ namespace {
 
 const char* kUsage =
     "usage: ctrl train --config FILE|PRESET --out RUN_DIR [--data DIR] [--set section.key=value]... [--resume]\n"
-    "                  [--zero 0|1] [--timeout SECONDS] [--device cpu|checked|cuda[:N]] [--threads N]\n"
+    "                  [--zero 0|1] [--timeout SECONDS] [--device cpu|checked|cuda[:N]] [--threads N] [--quiet]\n"
     "                  [--teacher CKPT [--distill-alpha A] [--distill-temperature TAU]]\n\n"
     "Trains a CTRL model. PRESET is tiny, small, base, medium or ctrl; a TOML file has [model] and [train] tables\n"
     "(and may start with preset = \"small\"). --data DIR is a corpus from `ctrl prepare` (same as\n"
@@ -25,7 +25,9 @@ const char* kUsage =
     "newest checkpoint and reproduces the uninterrupted run's losses exactly (same thread count); it\n"
     "keeps the run's corpus and teacher (from RUN_DIR/config.json) when --data and --teacher are left out.\n"
     "SIGINT (Ctrl-C), SIGTERM or SIGHUP stops training after the current step with a checkpoint and exit\n"
-    "status 130, 143 or 129; a second signal ends it at once. One training at a time may write RUN_DIR.\n\n"
+    "status 130, 143 or 129; a second signal ends it at once. One training at a time may write RUN_DIR,\n"
+    "and a directory holding other files (an export, a corpus) is refused. --quiet prints no start-up,\n"
+    "step or evaluation lines.\n\n"
     "Data-parallel: `mpirun -np N ctrl train ...` (add --bind-to none so each rank can use several\n"
     "threads). Each rank takes global_batch/N sequences of every step; --zero 1 shards the optimizer\n"
     "state across ranks (ZeRO-1). A rank that dies or hangs ends the job after --timeout seconds\n"

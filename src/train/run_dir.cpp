@@ -59,6 +59,26 @@ void RunDir::check_still_ours() const {
 }
 
 RunDir::RunDir(const std::string& dir) : dir_(dir) {
+  // A directory with files but none of a run's own (an export, a corpus, a project) is not
+  // written into: its config.json would be replaced.
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(dir_, ec) && !fs::is_empty(dir_, ec)) {
+    bool ours = false;
+    for (const char* mark : {"train.lock", "checkpoints", "metrics.jsonl"})
+      ours = ours || fs::exists(dir_ + "/" + mark);
+    if (!ours) {
+      std::string first;
+      for (const auto& e : fs::directory_iterator(dir_, ec)) {
+        first = e.path().filename().string();
+        break;
+      }
+      fail(dir_ + ": not a ctrl run directory (it holds " + first +
+           " and no train.lock, checkpoints/ or metrics.jsonl); choose another --out");
+    }
+  } else if (fs::exists(dir_, ec) && !fs::is_directory(dir_, ec)) {
+    fail(dir_ + ": not a directory; --out names the run directory to create");
+  }
   make_directories(dir_ + "/checkpoints");
   const std::string lock = dir_ + "/train.lock";
   lock_fd_ = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);

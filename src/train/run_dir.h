@@ -15,6 +15,8 @@ namespace ctrl {
 
 class RunDir {
  public:
+  // Refuses a directory that holds files but none of a run's (train.lock,
+  // checkpoints/, metrics.jsonl): an export or a corpus is never written into.
   // Creates dir and dir/checkpoints, takes an exclusive lock on dir/train.lock
   // (flock, released when this object goes or the process dies) and writes
   // this pid into it; a directory locked by another training throws
