@@ -111,6 +111,11 @@ TEST(BadInputFlags, EmptyValuesAndFlagsTakenForValuesAreRefused) {
       {"eval --model m.ckpt --data d --codes --out --json", "ctrl eval: --out needs a value; got the flag --json"},
       {"plan --config tiny --tokens 1e9 --gpu ''", "ctrl plan: --gpu: expected a value, got ''"},
       {"generate --model m.ckpt --control X --prompt --help", "--prompt needs a value; got the flag --help"},
+      // Flags that would be ignored.
+      {"prepare --source A=" + dir + "/a.txt --out " + dir + "/o --cache " + dir + "/c",
+       "--cache is where the built-in corpus (no --source) keeps its packages"},
+      {"eval --model m.ckpt --data d --control-accuracy 2 --temperature 0 --top-k 5",
+       "ctrl eval: --top-k applies to sampling, and --temperature 0 is greedy"},
   };
   for (const auto& c : cases) {
     std::string out;
@@ -126,6 +131,10 @@ TEST(BadInputFlags, EmptyValuesAndFlagsTakenForValuesAreRefused) {
   EXPECT_EQ(out.find("--prompt"), std::string::npos) << out;
   EXPECT_EQ(ctrl_cli("generate --model " + dir + "/none.ckpt --control X --prompt=--json", &out), 1);
   EXPECT_EQ(out.find("--prompt"), std::string::npos) << out;
+  // --threads 0 is the default (all usable CPUs) in every command, as train.threads=0 is.
+  EXPECT_EQ(ctrl_cli("train --config tiny --threads 0 --out " + dir + "/t --set train.lr=-1", &out), 1);
+  EXPECT_EQ(out.find("--threads"), std::string::npos) << out;
+  EXPECT_NE(out.find("train.lr = -1"), std::string::npos) << out;
 }
 
 // A shard file written with vocabulary `written` whose header then claims `claimed`:

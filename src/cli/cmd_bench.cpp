@@ -47,7 +47,7 @@ int run(const std::vector<std::string>& argv) {
   if (args.has("teacher")) config.train.teacher = args.get("teacher");
   validate(config);
   const int64_t steps = args.get_int("steps", 10, 1, 1 << 30), warmup = args.get_int("warmup", 2, 0, 1 << 30);
-  const int64_t threads = args.has("threads") ? args.get_int("threads", 0, 1, 1 << 16) : 0;
+  const int64_t threads = args.has("threads") ? args.get_int("threads", 0, 0, 1 << 16) : 0;
   const auto& m = config.model;
   const int64_t B = config.train.micro_batch, T = m.n_ctx;
   auto ops = make_ops(config.train.device, int(threads));

@@ -106,6 +106,9 @@ int run(const std::vector<std::string>& argv) {
   ao.quiet = args.has("json");
   for (const char* f : {"max-tokens", "temperature", "top-k", "top-p", "penalty", "seed"})
     if (args.has(f) && !accuracy) fail(std::string("ctrl eval: --") + f + " is a sampling flag of --control-accuracy; give it too");
+  if (accuracy && ao.sampling.temperature == 0)  // greedy, as ctrl generate: nothing would be drawn
+    for (const char* f : {"top-k", "top-p"})
+      if (args.has(f)) fail(std::string("ctrl eval: --") + f + " applies to sampling, and --temperature 0 is greedy");
   for (const char* f : {"max-sequences", "batch"})
     if (args.has(f) && accuracy && !codes)
       fail(std::string("ctrl eval: --") + f + " sets the held-out windows of plain eval and --codes; " +
@@ -119,7 +122,7 @@ int run(const std::vector<std::string>& argv) {
   check_corpus_matches(ckpt.contents(), *data, "ctrl eval");
   Batches batches = Batches::from_dataset(data, config.model.n_ctx, config.train.seed);
   const int64_t batch = has_batch ? batch_flag : config.train.micro_batch;
-  auto ops = make_ops(args.has("device") ? args.get("device") : "cpu", int(args.get_int("threads", 0, 1, 1 << 16)));
+  auto ops = make_ops(args.has("device") ? args.get("device") : "cpu", int(args.get_int("threads", 0, 0, 1 << 16)));
   Model model(config.model, *ops, batch);
   ckpt.load_parameters(model);
   const std::string no_window =

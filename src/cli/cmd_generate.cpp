@@ -90,7 +90,7 @@ int run(const std::vector<std::string>& argv) {
            "--prompt cannot be encoded");
     for (int32_t t : tokenizer->encode(args.get("prompt"))) history.push_back(t);
   }
-  auto ops = make_ops(args.has("device") ? args.get("device") : "cpu", int(args.get_int("threads", 0, 1, 1 << 16)));
+  auto ops = make_ops(args.has("device") ? args.get("device") : "cpu", int(args.get_int("threads", 0, 0, 1 << 16)));
   Model model(ckpt.config().model, *ops, 1, DType::F32, false, 1);  // decoding only: one row, no gradients
   ckpt.load_parameters(model);
   Generator gen(model);

@@ -45,6 +45,10 @@ int run_prepare(const std::vector<std::string>& argv) {
   PrepareOptions options;
   options.out_dir = args.require("out");
   const bool builtin = args.all("source").empty();
+  if (!builtin && args.has("cache"))
+    fail(
+        "ctrl prepare: --cache is where the built-in corpus (no --source) keeps its packages; --source reads "
+        "your files instead");
   // Vocabulary ids must fit the model's int32 token ids; --threads 0 means all cores.
   options.vocab_size = uint32_t(args.get_int("vocab-size", builtin ? 8000 : 32000, 2, 2147483647));
   options.valid_fraction = args.get_double("valid-fraction", 0.01, 0, 1, false, true);

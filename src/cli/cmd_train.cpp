@@ -77,7 +77,7 @@ int run(const std::vector<std::string>& argv) {
   if (args.has("data")) config.train.data = args.get("data");
   for (const auto& s : args.all("set")) apply_override(config, s);
   if (args.has("device")) apply_override(config, "train.device=" + args.get("device"));
-  if (args.has("threads")) config.train.threads = args.get_int("threads", 0, 1, 1 << 16);
+  if (args.has("threads")) config.train.threads = args.get_int("threads", 0, 0, 1 << 16);
   if (args.has("teacher")) config.train.teacher = args.get("teacher");
   if (args.has("distill-alpha")) config.train.distill_alpha = args.get_double("distill-alpha", 0.5, 0, 1);
   if (args.has("distill-temperature"))
