@@ -229,3 +229,37 @@ TEST(Shards, WriteReadAndDetectCorruption) {
   // Tokens outside the vocabulary are refused at write time.
   EXPECT_THROW(write_shard(dir + "/x.tok", {100}, 1, 100), Error);
 }
+
+// A shard written piece by piece (as prepare streams it, never holding it) is the
+// same file as one written whole, at both token widths; one never finished leaves nothing.
+TEST(Shards, StreamedShardsAreTheSameFiles) {
+  const std::string dir = temp_dir("streamed");
+  for (const uint32_t vocab : {100u, 70000u}) {
+    std::vector<uint32_t> tokens;
+    for (uint32_t i = 0; i < 5000; ++i) tokens.push_back((i * 7919u) % vocab);
+    write_shard(dir + "/whole.bin", tokens, 3, vocab);
+    std::filesystem::remove(dir + "/pieces.bin");
+    {
+      ShardFileWriter w(dir + "/pieces.bin", vocab);
+      for (size_t at = 0; at < tokens.size(); at += 777)
+        w.append(tokens.data() + at, std::min<size_t>(777, tokens.size() - at));
+      EXPECT_EQ(w.tokens(), tokens.size());
+      EXPECT_FALSE(file_exists(dir + "/pieces.bin")) << "only finish() puts it in place";
+      w.finish(3);
+    }
+    EXPECT_EQ(read_file(dir + "/pieces.bin"), read_file(dir + "/whole.bin")) << vocab;
+    const Shard s(dir + "/pieces.bin", vocab);
+    EXPECT_EQ(s.size(), tokens.size());
+    EXPECT_EQ(s.documents(), 3u);
+    EXPECT_EQ(s.at(4999), tokens[4999]);
+  }
+  {
+    ShardFileWriter unfinished(dir + "/never.bin", 100);
+    const uint32_t t = 5;
+    unfinished.append(&t, 1);
+  }
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.path().filename() != "";
+  EXPECT_EQ(files, 2u) << "whole.bin and pieces.bin only: no temporary left";
+  std::filesystem::remove_all(dir);
+}

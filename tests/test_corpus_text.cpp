@@ -113,6 +113,15 @@ TEST(CorpusText, LineReaderSkipsOverlongLines) {
   while (lines.next(line)) got.push_back(line);
   EXPECT_EQ(got, (std::vector<std::string>{"short", "after", "last"}));
   EXPECT_EQ(stats.warnings, 1u);
+  EXPECT_EQ(stats.dropped.at("line too long"), 1u) << "a skipped line is a dropped document, counted";
+  // An overlong last line (no newline after it) is skipped and counted too.
+  const std::string tail = "a\n" + std::string(5000, 'y');
+  auto tail_stream = ctrl::memory_byte_stream(tail, "mem", warnings);
+  ctrl::LineReader tail_lines(*tail_stream, "mem", warnings, 1000);
+  got.clear();
+  while (tail_lines.next(line)) got.push_back(line);
+  EXPECT_EQ(got, std::vector<std::string>{"a"});
+  EXPECT_EQ(stats.dropped.at("line too long"), 2u);
 }
 
 TEST(CorpusText, SanitizeUtf8AndEntities) {

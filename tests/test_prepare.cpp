@@ -1,6 +1,7 @@
 // ctrl prepare end to end: real readers, cleaning, split, tokenizer, shards,
 // manifest; byte-identical reruns; one-line errors; the Debian renderers.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -295,6 +296,34 @@ TEST_F(PrepareTest, ADocumentsBadCodeSkipsThatDocument) {
   EXPECT_EQ(s.sources[2].clean.documents_kept, 19u);
   ASSERT_EQ(s.codes.size(), 3u);
   EXPECT_EQ(s.codes[2].name, "Own");
+}
+
+// One spool file is open per control code while reading: 300 per-line codes
+// under a soft limit of 64 open files read, since prepare takes the hard limit.
+TEST_F(PrepareTest, ManyPerDocumentCodesOutnumberTheSoftFileLimit) {
+  std::ofstream jsonl(dir_ / "many.jsonl");
+  for (int i = 0; i < 300; ++i)
+    jsonl << nlohmann::json{{"text", japanese_document(3000 + i)}, {"control_code", "c" + std::to_string(i)}}.dump()
+          << "\n";
+  jsonl.close();
+  struct rlimit files;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_max != RLIM_INFINITY && files.rlim_max < 400) GTEST_SKIP() << "hard limit of open files below 400";
+  const struct rlimit before = files;
+  files.rlim_cur = 64;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &files), 0);
+  const SourceSpec spec{"Many", (dir_ / "many.jsonl").string()};
+  PrepareOptions o = options("many");
+  o.vocab_size = 1000;
+  PrepareSummary s;
+  const std::string error = test_support::error_of([&] {
+    s = prepare_corpus({{spec.control_code, spec.path,
+                         [spec](const DocumentSink& sink) { return read_source(spec, ReaderOptions{}, sink); }}},
+                       o);
+  });
+  setrlimit(RLIMIT_NOFILE, &before);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(s.codes.size(), 300u);
 }
 
 TEST_F(PrepareTest, CommandLineReportsErrorsInOneLine) {

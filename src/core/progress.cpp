@@ -2,9 +2,19 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 
 namespace ctrl {
+
+namespace {
+std::atomic<bool> g_stderr_line_open{false};  // a progress line drawn in place on stderr, not yet ended
+}
+
+void print_line(const std::string& line) {
+  if (g_stderr_line_open.exchange(false)) std::fputs("\r\033[K", stderr);
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
 
 Progress::Progress(std::string label, uint64_t total, std::string unit, std::FILE* out)
     : label_(std::move(label)), unit_(std::move(unit)), total_(total),
@@ -12,6 +22,7 @@ Progress::Progress(std::string label, uint64_t total, std::string unit, std::FIL
 
 Progress::~Progress() {
   if (!finished_ && tty_ && done_ > 0) std::fputc('\n', out_);
+  if (out_ == stderr) g_stderr_line_open = false;
 }
 
 double Progress::elapsed_seconds() const {
@@ -70,6 +81,7 @@ void Progress::draw(bool final_line, const std::string& extra) {
   if (!extra.empty()) line += ", " + extra;
   if (tty_) std::fprintf(out_, "\r\033[K%s%s", line.c_str(), final_line ? "\n" : "");
   else std::fprintf(out_, "%s\n", line.c_str());
+  if (out_ == stderr) g_stderr_line_open = tty_ && !final_line;
   std::fflush(out_);
 }
 

@@ -9,6 +9,10 @@
 
 namespace ctrl {
 
+// Prints `line` and a newline on stderr, first clearing a progress line drawn
+// in place there, so a warning never runs on after "…, 1125 kept".
+void print_line(const std::string& line);
+
 class Progress {
  public:
   // total may be 0 when unknown (then no ETA is shown). unit names what is counted.

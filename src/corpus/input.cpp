@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/progress.h"
 #include "corpus/html_entities.h"
 
 namespace ctrl {
@@ -17,10 +18,15 @@ void Warnings::warn(const std::string& file, uint64_t offset, const std::string&
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.warnings;
   if (stats_.warnings <= max_printed_) {
-    std::fprintf(stderr, "ctrl: warning: %s:%llu: %s\n", file.c_str(), static_cast<unsigned long long>(offset),
-                 what.c_str());
-    if (stats_.warnings == max_printed_) std::fprintf(stderr, "ctrl: further warnings are only counted\n");
+    print_line("ctrl: warning: " + file + ":" + std::to_string(offset) + ": " + what);
+    if (stats_.warnings == max_printed_) print_line("ctrl: further warnings are only counted");
   }
+}
+
+void Warnings::skip(const std::string& file, uint64_t offset, const std::string& what, const std::string& reason) {
+  warn(file, offset, what);
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.drop(reason);
 }
 
 uint64_t Warnings::count() const {
@@ -186,7 +192,8 @@ bool LineReader::next(std::string& line) {
         continue;
       }
       if (nl - pos_ > max_line_) {
-        warnings_.warn(name_, buffer_offset_ + pos_, "line longer than " + std::to_string(max_line_) + " bytes skipped");
+        warnings_.skip(name_, buffer_offset_ + pos_, "line longer than " + std::to_string(max_line_) + " bytes skipped",
+                       "line too long");
         pos_ = scan = nl + 1;
         continue;
       }
@@ -198,7 +205,8 @@ bool LineReader::next(std::string& line) {
     }
     if (buffer_.size() - pos_ > max_line_) {
       if (!skipping)
-        warnings_.warn(name_, buffer_offset_ + pos_, "line longer than " + std::to_string(max_line_) + " bytes skipped");
+        warnings_.skip(name_, buffer_offset_ + pos_, "line longer than " + std::to_string(max_line_) + " bytes skipped",
+                       "line too long");
       skipping = true;
       pos_ = buffer_.size();
     }

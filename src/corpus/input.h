@@ -25,6 +25,8 @@ class Warnings {
  public:
   Warnings(ReadStats& stats, size_t max_printed) : stats_(stats), max_printed_(max_printed) {}
   void warn(const std::string& file, uint64_t offset, const std::string& what);
+  // A warning about a document that is skipped: also counted as dropped for `reason`.
+  void skip(const std::string& file, uint64_t offset, const std::string& what, const std::string& reason);
   uint64_t count() const;
 
  private:

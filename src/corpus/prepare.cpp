@@ -2,12 +2,15 @@
 #include "corpus/prepare.h"
 
 #include <omp.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -43,16 +46,21 @@ struct DocMeta {
 
 // One control code's spooled documents: the cleaned texts in input order on disk
 // (records of u32 length + bytes), their metadata in memory.
+struct CloseFile {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
 struct CodeSpool {
   std::string name, path;
-  std::FILE* file = nullptr;
+  std::unique_ptr<std::FILE, CloseFile> file;  // open while sources are read; closed on any way out
   std::vector<DocMeta> docs;
   uint64_t bytes = 0;
 };
 
 void write_record(CodeSpool& spool, const std::string& text) {
   const uint32_t n = uint32_t(text.size());
-  if (std::fwrite(&n, 4, 1, spool.file) != 1 || std::fwrite(text.data(), 1, n, spool.file) != n) fail_write(spool.path);
+  if (std::fwrite(&n, 4, 1, spool.file.get()) != 1 || std::fwrite(text.data(), 1, n, spool.file.get()) != n)
+    fail_write(spool.path);
   spool.bytes += n;
 }
 
@@ -167,31 +175,37 @@ std::string code_name_problem(const std::string& code) {
   return "";
 }
 
-// Each split's documents of one code, cut into shards of about shard_tokens.
+// Each split's documents of one code, cut into shards of about shard_tokens,
+// streamed to disk as they come (a shard is never held in memory).
 struct ShardWriter {
   ShardWriter(std::string dir_, std::string stem_, std::string split_, uint32_t vocab_, uint64_t shard_tokens_)
       : dir(std::move(dir_)), stem(std::move(stem_)), split(std::move(split_)), vocab(vocab_), shard_tokens(shard_tokens_) {}
   std::string dir, stem, split;
   uint32_t vocab;
   uint64_t shard_tokens;
-  std::vector<uint32_t> tokens;
+  std::unique_ptr<ShardFileWriter> shard;  // the shard being written, if any
+  std::vector<uint32_t> document;
   uint64_t documents = 0, total_tokens = 0;
   std::vector<std::string> files;
 
   void add(const std::vector<int32_t>& ids, int32_t eos) {
-    tokens.insert(tokens.end(), ids.begin(), ids.end());
-    tokens.push_back(uint32_t(eos));
-    total_tokens += ids.size() + 1;
+    if (!shard) {
+      char name[64];
+      std::snprintf(name, sizeof name, ".%s.%04zu.bin", split.c_str(), files.size());
+      files.push_back(stem + name);
+      shard = std::make_unique<ShardFileWriter>(dir + "/" + files.back(), vocab);
+    }
+    document.assign(ids.begin(), ids.end());
+    document.push_back(uint32_t(eos));
+    shard->append(document.data(), document.size());
+    total_tokens += document.size();
     ++documents;
-    if (tokens.size() >= shard_tokens) flush();
+    if (shard->tokens() >= shard_tokens) flush();
   }
   void flush() {
-    if (documents == 0) return;
-    char name[64];
-    std::snprintf(name, sizeof name, ".%s.%04zu.bin", split.c_str(), files.size());
-    files.push_back(stem + name);
-    write_shard(dir + "/" + files.back(), tokens, documents, vocab);
-    tokens.clear();
+    if (!shard) return;
+    shard->finish(documents);
+    shard.reset();
     documents = 0;
   }
 };
@@ -271,9 +285,8 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
         if (!binary[i].empty()) {  // a binary file among the text: skipped, counted, and said once per file
           ++src.clean.documents_in;
           if (++src.clean.dropped[kBinary] <= kMaxSkipWarnings)
-            std::fprintf(stderr, "ctrl: warning: %s: binary content (%s); skipped\n",
-                         (batch[i].origin.empty() ? inputs[s].description : batch[i].origin).c_str(),
-                         binary[i].c_str());
+            print_line("ctrl: warning: " + (batch[i].origin.empty() ? inputs[s].description : batch[i].origin) +
+                       ": binary content (" + binary[i] + "); skipped");
           continue;
         }
         const std::string& code = batch[i].control_code.empty() ? inputs[s].control_code : batch[i].control_code;
@@ -281,9 +294,8 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
           if (const std::string problem = code_name_problem(code); !problem.empty()) {
             ++src.clean.documents_in;
             if (++src.clean.dropped[kBadCode] <= kMaxSkipWarnings)
-              std::fprintf(stderr, "ctrl: warning: %s: %s; document skipped\n",
-                           (batch[i].origin.empty() ? inputs[s].description : batch[i].origin).c_str(),
-                           problem.c_str());
+              print_line("ctrl: warning: " + (batch[i].origin.empty() ? inputs[s].description : batch[i].origin) +
+                         ": " + problem + "; document skipped");
             continue;
           }
         }
@@ -293,8 +305,10 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
           CodeSpool spool;
           spool.name = code;
           spool.path = tmp + "/.spool-" + std::to_string(spools.size());
-          spool.file = std::fopen(spool.path.c_str(), "wb");
-          if (!spool.file) fail(spool.path + ": cannot create the spool file");
+          spool.file.reset(std::fopen(spool.path.c_str(), "wb"));
+          if (!spool.file)  // one is open per control code until reading ends
+            fail(spool.path + ": cannot create the spool file: " + std::strerror(errno) +
+                 (errno == EMFILE ? " (one file is open per control code; raise `ulimit -n`)" : ""));
           spools.push_back(std::move(spool));
         }
         CodeSpool& spool = spools[it->second];
@@ -327,7 +341,7 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
       fail(inputs[s].control_code + "=" + inputs[s].description + ": no documents in this source");
   }
   for (auto& spool : spools)
-    if (std::fclose(spool.file) != 0) fail_write(spool.path);
+    if (std::fclose(spool.file.release()) != 0) fail_write(spool.path);
   if (spools.empty()) {
     std::string reasons;
     for (const auto& src : summary.sources)
@@ -459,6 +473,12 @@ PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions
 
 PrepareSummary prepare_corpus(const std::vector<PrepareInput>& inputs, const PrepareOptions& options) {
   if (inputs.empty()) fail("prepare: no sources given");
+  // One spool file per control code is open while sources are read: take the hard limit of open
+  // files, not the soft one (often 1024), so thousands of per-document codes read.
+  if (struct rlimit files; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
   if (options.out_dir.empty()) fail("prepare: --out is required");
   if (!(options.valid_fraction >= 0 && options.valid_fraction < 1))
     fail("prepare: --valid-fraction " + std::to_string(options.valid_fraction) + ": expected 0 <= f < 1");

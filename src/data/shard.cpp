@@ -1,8 +1,11 @@
 #include "data/shard.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
-#include <tuple>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -21,33 +24,70 @@ static_assert(sizeof(ShardHeader) == 64);
 
 }  // namespace
 
-void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, uint64_t n_documents,
-                 uint32_t vocab_size) {
+ShardFileWriter::ShardFileWriter(std::string path, uint32_t vocab_size)
+    : path_(std::move(path)), vocab_size_(vocab_size), token_bytes_(vocab_size <= 65536 ? 2 : 4) {
+  tmp_ = path_ + ".tmp." + std::to_string(getpid());
+  file_ = std::fopen(tmp_.c_str(), "wb");
+  if (!file_) fail(path_ + ": cannot create temporary file " + tmp_ + ": " + std::strerror(errno));
+  const ShardHeader placeholder{};  // the real one, with counts and checksum, is written by finish()
+  if (std::fwrite(&placeholder, sizeof placeholder, 1, file_) != 1) fail_write(path_);
+}
+
+ShardFileWriter::~ShardFileWriter() {
+  if (!file_) return;
+  std::fclose(file_);
+  std::remove(tmp_.c_str());
+}
+
+void ShardFileWriter::append(const uint32_t* tokens, size_t n) {
+  bytes_.resize(n * token_bytes_);
+  for (size_t i = 0; i < n; ++i) {
+    if (tokens[i] >= vocab_size_)
+      fail(path_ + ": token " + std::to_string(tokens[i]) + " at " + std::to_string(n_tokens_ + i) +
+           " is outside the vocabulary of " + std::to_string(vocab_size_));
+    if (token_bytes_ == 2) {
+      const uint16_t t = uint16_t(tokens[i]);
+      std::memcpy(&bytes_[2 * i], &t, 2);
+    } else {
+      std::memcpy(&bytes_[4 * i], &tokens[i], 4);
+    }
+  }
+  if (n > 0 && std::fwrite(bytes_.data(), 1, bytes_.size(), file_) != bytes_.size()) fail_write(path_);
+  crc_ = crc32_of(bytes_.data(), bytes_.size(), crc_);
+  n_tokens_ += n;
+}
+
+void ShardFileWriter::finish(uint64_t n_documents) {
   ShardHeader h{};
   std::memcpy(h.magic, kShardMagic, 8);
   h.version = kShardVersion;
-  h.token_bytes = vocab_size <= 65536 ? 2 : 4;
-  h.vocab_size = vocab_size;
-  h.n_tokens = tokens.size();
+  h.token_bytes = token_bytes_;
+  h.vocab_size = vocab_size_;
+  h.crc32 = crc_;
+  h.n_tokens = n_tokens_;
   h.n_documents = n_documents;
-  std::vector<uint8_t> body(tokens.size() * h.token_bytes);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] >= vocab_size)
-      fail(path + ": token " + std::to_string(tokens[i]) + " at " + std::to_string(i) + " is outside the vocabulary of " +
-           std::to_string(vocab_size));
-    if (h.token_bytes == 2) {
-      const uint16_t t = uint16_t(tokens[i]);
-      std::memcpy(&body[2 * i], &t, 2);
-    } else {
-      std::memcpy(&body[4 * i], &tokens[i], 4);
-    }
+  bool ok = std::fseek(file_, 0, SEEK_SET) == 0 && std::fwrite(&h, sizeof h, 1, file_) == 1 &&
+            std::fflush(file_) == 0 && fsync(fileno(file_)) == 0;
+  const int saved_errno = errno;
+  ok = std::fclose(file_) == 0 && ok;
+  file_ = nullptr;
+  if (!ok) {
+    std::remove(tmp_.c_str());
+    fail(path_ + ": write failed: " + std::strerror(saved_errno ? saved_errno : errno));
   }
-  h.crc32 = crc32_of(body.data(), body.size());
-  write_file_atomically(path, [&](std::FILE* f) {
-    if (std::fwrite(&h, sizeof h, 1, f) != 1 ||
-        (!body.empty() && std::fwrite(body.data(), 1, body.size(), f) != body.size()))
-      fail_write(path);
-  });
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp_.c_str());
+    fail(path_ + ": cannot rename temporary file into place: " + std::strerror(e));
+  }
+  fsync_directory(parent_directory(path_));
+}
+
+void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, uint64_t n_documents,
+                 uint32_t vocab_size) {
+  ShardFileWriter w(path, vocab_size);
+  w.append(tokens.data(), tokens.size());
+  w.finish(n_documents);
 }
 
 Shard::Shard(const std::string& path, uint32_t expected_vocab_size) : file_(path) {

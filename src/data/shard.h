@@ -23,6 +23,28 @@ namespace ctrl {
 constexpr char kShardMagic[8] = {'C', 'T', 'R', 'L', 'T', 'O', 'K', '1'};
 constexpr uint32_t kShardVersion = 1;
 
+// Writes one shard as its tokens come, holding none of them: the header (counts
+// and checksum) is written last, and the file appears at `path` only when
+// finish() succeeds; an unfinished one's temporary is removed when the writer
+// goes. An id outside the vocabulary is an error naming the file.
+class ShardFileWriter {
+ public:
+  ShardFileWriter(std::string path, uint32_t vocab_size);
+  ~ShardFileWriter();
+  ShardFileWriter(const ShardFileWriter&) = delete;
+  ShardFileWriter& operator=(const ShardFileWriter&) = delete;
+  void append(const uint32_t* tokens, size_t n);
+  uint64_t tokens() const { return n_tokens_; }
+  void finish(uint64_t n_documents);
+
+ private:
+  std::string path_, tmp_;
+  std::FILE* file_ = nullptr;
+  uint32_t vocab_size_, token_bytes_, crc_ = 0;
+  uint64_t n_tokens_ = 0;
+  std::vector<uint8_t> bytes_;  // one append's tokens at their width
+};
+
 // Writes one shard file from tokens in memory.
 void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, uint64_t n_documents,
                  uint32_t vocab_size);
