@@ -400,7 +400,9 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
                resumed_peak = test_support::peak_memory_mib(resumed);
   ASSERT_GT(fresh_peak, 0) << trained;
   EXPECT_GT(resumed_peak, 0) << resumed;
-  EXPECT_LE(resumed_peak, fresh_peak + 16) << resumed;  // the page cache's share of the checkpoint moves by a few MiB
+  // The page cache's share of the mapped checkpoint moves by a few MiB, and by 17 beside another test
+  // (ctest -j2); the whole staged state this guards against was 96.
+  EXPECT_LE(resumed_peak, fresh_peak + 32) << resumed;
   const Config deeper = config_of("small", {"model.n_layer=8", "model.d_ff=4096"});
   EXPECT_LE(resumed_peak * (1 << 20),
             1.05 * double(plan::cpu_run_bytes(deeper, deeper.train.micro_batch, 1, most_cpu_threads(0), nullptr)));
