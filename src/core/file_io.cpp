@@ -28,6 +28,10 @@ void write_file_atomically(const std::string& path, const std::function<void(std
     std::remove(tmp.c_str());
     throw;
   }
+  commit_temporary(f, tmp, path);
+}
+
+void commit_temporary(std::FILE* f, const std::string& tmp, const std::string& path) {
   bool ok = std::fflush(f) == 0 && fsync(fileno(f)) == 0;
   const int saved_errno = errno;
   ok = (std::fclose(f) == 0) && ok;

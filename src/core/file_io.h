@@ -19,6 +19,9 @@ namespace ctrl {
 // to path. On any failure the temporary is removed and ctrl::Error is thrown.
 void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& write);
 void write_file_atomically(const std::string& path, std::string_view contents);
+// Flushes, syncs and closes f (the temporary `tmp`, fully written) and renames it to path; on
+// any failure removes tmp and throws ctrl::Error naming path and the reason.
+void commit_temporary(std::FILE* f, const std::string& tmp, const std::string& path);
 
 // Whole file into memory; throws ctrl::Error naming the path if unreadable.
 std::string read_file(const std::string& path);

@@ -66,21 +66,10 @@ void ShardFileWriter::finish(uint64_t n_documents) {
   h.crc32 = crc_;
   h.n_tokens = n_tokens_;
   h.n_documents = n_documents;
-  bool ok = std::fseek(file_, 0, SEEK_SET) == 0 && std::fwrite(&h, sizeof h, 1, file_) == 1 &&
-            std::fflush(file_) == 0 && fsync(fileno(file_)) == 0;
-  const int saved_errno = errno;
-  ok = std::fclose(file_) == 0 && ok;
-  file_ = nullptr;
-  if (!ok) {
-    std::remove(tmp_.c_str());
-    fail(path_ + ": write failed: " + std::strerror(saved_errno ? saved_errno : errno));
-  }
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp_.c_str());
-    fail(path_ + ": cannot rename temporary file into place: " + std::strerror(e));
-  }
-  fsync_directory(parent_directory(path_));
+  if (std::fseek(file_, 0, SEEK_SET) != 0 || std::fwrite(&h, sizeof h, 1, file_) != 1) fail_write(path_);
+  std::FILE* f = file_;
+  file_ = nullptr;  // committed or removed below, never again by the destructor
+  commit_temporary(f, tmp_, path_);
 }
 
 void write_shard(const std::string& path, const std::vector<uint32_t>& tokens, uint64_t n_documents,
