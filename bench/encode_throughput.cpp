@@ -1,5 +1,6 @@
 // Encoding throughput helper for bench/encode_vs_spm.sh.
-//   encode_throughput dump DIR            decoded train text of a prepared corpus, to stdout
+//   encode_throughput dump DIR            decoded train text of a prepared corpus, to stdout,
+//                                         each document's lines as lines
 //   encode_throughput encode MODEL TEXT THREADS
 //                                         encodes each line of TEXT with ctrl's parallel
 //                                         encoder, writes ids like `spm_encode --output_format=id`
@@ -27,10 +28,9 @@ int main(int argc, char** argv) try {
           doc.push_back(id);
           continue;
         }
-        std::string text = t.decode(doc);
-        for (char& ch : text)
-          if (ch == '\n') ch = ' ';  // one document per line
-        std::printf("%s\n", text.c_str());
+        // Each line of a document as a line of its own: what ctrl encodes at a time, and what
+        // spm_encode reads (a whole document as one line once drifted in SentencePiece's float scores).
+        std::printf("%s\n", t.decode(doc).c_str());
         doc.clear();
       }
     }

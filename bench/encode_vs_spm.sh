@@ -3,10 +3,10 @@
 # (Debian package `sentencepiece`), same model, same text, one run.
 #   bench/encode_vs_spm.sh [BUILD_DIR] [CORPUS_DIR] [THREADS]
 # CORPUS_DIR is a `ctrl prepare` output (default: the built-in corpus, prepared
-# into /tmp/ctrl-bench-corpus if missing). Its train text, decoded, one
-# document per line (a document's newlines written as spaces), is encoded by
-# both, line by line: spm_encode each line whole, ctrl each line with
-# Tokenizer::encode_batch (a line over 64 KiB in pieces cut at sentence ends).
+# into /tmp/ctrl-bench-corpus if missing). Its train text, decoded, each
+# document's lines as lines (as ctrl encodes a document: line by line), is
+# encoded by both, line by line: spm_encode each line whole, ctrl each line
+# with Tokenizer::encode_batch (a line over 64 KiB in pieces cut at sentence ends).
 # The ids of every line must be identical: on a difference the script prints
 # the first differing line's number and exits 1.
 set -eu
@@ -29,7 +29,7 @@ cmp -s "$WORK/spm.ids" "$WORK/ctrl.ids" && SAME=identical || SAME=DIFFERENT
 awk -v b="$BYTES" -v l="$LINES" -v s0="$t0" -v s1="$t1" -v s2="$t2" -v enc="$(cat "$WORK/ctrl.encode_s")" \
     -v th="$THREADS" -v same="$SAME" 'BEGIN {
   spm = s1 - s0; ctrl = s2 - s1; mb = b / 1e6;
-  printf "text: %.1f MB, %d lines (documents)\n", mb, l;
+  printf "text: %.1f MB, %d lines\n", mb, l;
   printf "spm_encode (1 thread, end to end):    %6.2f s  %6.2f MB/s\n", spm, mb / spm;
   printf "ctrl encode (%d threads, end to end): %6.2f s  %6.2f MB/s (encoding alone %.2f s, %.2f MB/s)\n", th, ctrl, mb / ctrl, enc, mb / enc;
   printf "ratio ctrl/spm_encode: %.2fx end to end; ids %s\n", spm / ctrl, same;
