@@ -273,6 +273,18 @@ TEST(RunLifecycle, SecondSignalEndsAtOnce) {
 // checkpoint (it used to die without one when the signal thread had taken the
 // first before the second came, as under load). The second is sent once the
 // first has been taken, as soon as that shows.
+// Training whose output pipe closes (`ctrl train ... 2>&1 | head -c 1`) goes on
+// to its end and its checkpoint; SIGPIPE used to kill it at the next line.
+TEST(RunLifecycle, AClosedOutputPipeDoesNotEndTraining) {
+  const std::string dir = fresh_dir("pipe");
+  std::string command =
+      train_command(dir, "--set train.steps=20 --set train.log_every=1 --set train.checkpoint_every=1000");
+  command.erase(command.find(" --quiet"), 8);  // a line per step, so writes follow the pipe's close
+  ASSERT_EQ(std::system(("(" + command + " 2>&1; echo $? > " + dir + ".rc) | head -c 1 > /dev/null").c_str()), 0);
+  EXPECT_EQ(read_file(dir + ".rc"), "0\n");
+  EXPECT_TRUE(file_exists(checkpoint_path(dir, 20)));
+}
+
 TEST(RunLifecycle, TimeoutsTwoSignalsAreOneStop) {
   const std::string dir = fresh_dir("timeout");
   const pid_t pid =

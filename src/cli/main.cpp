@@ -77,6 +77,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ctrl: unknown command '%s' (see ctrl --help)\n", args[0].c_str());
     return 2;
   }
+  // A closed pipe on stdout or stderr (`ctrl train ... 2>&1 | head`, a dead `tee`) would kill a
+  // long job with SIGPIPE: no checkpoint, prepare's temporary directory left. Its output is only
+  // progress, so train and prepare go on without it; generate and the rest stop as usual.
+  if (args[0] == "train" || args[0] == "prepare") std::signal(SIGPIPE, SIG_IGN);
   try {
     return it->second.run(std::vector<std::string>(args.begin() + 1, args.end()));
   } catch (const ctrl::Error& e) {
