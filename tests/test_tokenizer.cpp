@@ -63,7 +63,7 @@ TEST_F(TokenizerTest, ControlCodesAreControlPiecesThatNoTextEncodesTo) {
     ASSERT_GE(id, 0) << code;
     EXPECT_TRUE(t.is_control(id)) << code;
     EXPECT_EQ(t.id_to_piece(id), code);
-    for (const std::string text : {std::string(code), "the " + std::string(code) + "s of " + code + "日本語"}) {
+    for (const std::string& text : {std::string(code), "the " + std::string(code) + "s of " + code + "日本語"}) {
       const auto ids = t.encode(text);
       EXPECT_EQ(std::count(ids.begin(), ids.end(), id), 0) << text;
       EXPECT_EQ(t.decode(ids), text);

@@ -172,17 +172,12 @@ int run(const std::vector<std::string>& argv) {
       std::printf("\nclassifier ceiling: held-out documents cut into snippets of %lld tokens\n",
                   static_cast<long long>(a.sample_tokens));
       print_confusion(a, a.ceiling_confusion, "held-out of");
-      std::string ceiling_codes;  // the ceiling's mean runs over the codes with held-out text only
-      size_t with_text = 0;
-      for (size_t c = 0; c < a.codes.size(); ++c) {
-        int64_t n = 0;
-        for (int64_t v : a.ceiling_confusion[c]) n += v;
-        if (n > 0) ceiling_codes += (with_text++ ? ", " : "") + a.codes[c];
-      }
-      std::printf("ceiling accuracy %.1f%%%s\n", 100 * ControlAccuracy::accuracy(a.ceiling_confusion),
-                  with_text < a.codes.size()
-                      ? (" (over " + ceiling_codes + " only: the codes with held-out text)").c_str()
-                      : "");
+      const std::vector<std::string> covered = a.ceiling_codes();
+      std::string names;
+      for (const std::string& c : covered) names += (names.empty() ? "" : ", ") + c;
+      std::printf(
+          "ceiling accuracy %.1f%%%s\n", 100 * ControlAccuracy::accuracy(a.ceiling_confusion),
+          covered.size() < a.codes.size() ? (" (over " + names + " only: the codes with held-out text)").c_str() : "");
       std::printf("\nwrote %s/control-accuracy.json (with the samples)\n", out.c_str());
     }
   }

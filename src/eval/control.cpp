@@ -1,5 +1,6 @@
 #include "eval/control.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -151,6 +152,14 @@ double ControlAccuracy::accuracy(const std::vector<std::vector<int64_t>>& confus
     ++rows;
   }
   return rows ? sum / rows : 0.0;
+}
+
+std::vector<std::string> ControlAccuracy::ceiling_codes() const {
+  std::vector<std::string> out;
+  for (size_t c = 0; c < codes.size(); ++c)
+    if (std::any_of(ceiling_confusion[c].begin(), ceiling_confusion[c].end(), [](int64_t v) { return v > 0; }))
+      out.push_back(codes[c]);
+  return out;
 }
 
 int64_t ControlAccuracy::empty_total() const {

@@ -85,6 +85,8 @@ struct ControlAccuracy {
   static double accuracy(const std::vector<std::vector<int64_t>>& confusion, const std::vector<int64_t>& misses = {});
   double sample_accuracy() const { return accuracy(confusion, empty_samples); }
   int64_t empty_total() const;
+  // The codes with held-out snippets: those the ceiling's mean runs over.
+  std::vector<std::string> ceiling_codes() const;
 };
 
 // Trains the classifier on `data`'s training split (decoded with `tokenizer`),

@@ -33,19 +33,12 @@ Batches Batches::from_dataset(std::shared_ptr<const Dataset> data, int64_t T, ui
   return b;
 }
 
-std::vector<std::string> Batches::codes_without_held_out_window() const {
-  std::vector<std::string> out;
-  if (!data_) return out;
-  for (size_t c = 0; c < data_->n_codes(); ++c)
-    if (data_->valid(c).size() < uint64_t(T_))
-      out.push_back(names_[c] + " (" + std::to_string(data_->valid(c).size()) + " tokens)");
-  return out;
-}
-
-// The note that says which codes have no held-out loss, or "" when every code has one.
 std::string held_out_gap_note(const Batches& batches) {
+  const Dataset* data = batches.dataset();
   std::string codes;
-  for (const std::string& c : batches.codes_without_held_out_window()) codes += (codes.empty() ? "" : ", ") + c;
+  for (size_t c = 0; data && c < data->n_codes(); ++c)
+    if (const uint64_t n = data->valid(c).size(); n < uint64_t(batches.context()))
+      codes += (codes.empty() ? "" : ", ") + data->code(c).name + " (" + std::to_string(n) + " tokens)";
   if (codes.empty()) return "";
   return "no held-out loss for " + codes + ": fewer held-out tokens than the " + std::to_string(batches.context()) +
          " of one window (model.n_ctx)";

@@ -34,8 +34,6 @@ class Batches {
   const Dataset* dataset() const { return data_.get(); }
   // "name (N tokens)" of each code too short for one training sequence.
   const std::vector<std::string>& unusable_codes() const { return unusable_; }
-  // The same for held-out text: codes whose held-out loss cannot be measured.
-  std::vector<std::string> codes_without_held_out_window() const;
 
   // Fills n sequences starting at global sequence index `first`:
   // tokens and targets are [n, T].

@@ -269,14 +269,15 @@ void Trainer::open_data(const Checkpoint* checkpoint) {
   if (dataset_) {
     if (checkpoint) check_corpus_matches(checkpoint->contents(), *dataset_, "ctrl train --resume");
     batches_ = std::make_unique<Batches>(Batches::from_dataset(dataset_, m.n_ctx, config_.train.seed));
-    for (const std::string& code : batches_->unusable_codes())
-      if (comm_->rank() == 0)
+    if (comm_->rank() == 0) {
+      for (const std::string& code : batches_->unusable_codes())
         std::fprintf(stderr,
                      "ctrl: warning: control code %s has fewer training tokens than the %lld of one sequence "
                      "(model.n_ctx): it is never trained on\n",
                      code.c_str(), static_cast<long long>(m.n_ctx));
-    const std::string gap = held_out_gap_note(*batches_);
-    if (!gap.empty() && comm_->rank() == 0) std::fprintf(stderr, "ctrl: note: %s\n", gap.c_str());
+      if (const std::string gap = held_out_gap_note(*batches_); !gap.empty())
+        std::fprintf(stderr, "ctrl: note: %s\n", gap.c_str());
+    }
     if (!dataset_->tokenizer_path().empty()) contents_.tokenizer = read_file(dataset_->tokenizer_path());
   } else {
     batches_ = std::make_unique<Batches>(Batches::synthetic(m.vocab_size, m.n_ctx, config_.train.seed));
