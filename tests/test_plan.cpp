@@ -717,8 +717,16 @@ TEST(Plan, RingAllReduceTimeAndLinks) {
   EXPECT_EQ(four.ranks, 4);
   EXPECT_DOUBLE_EQ(four.comm_bytes, 1.5 * double(four.memory.grads));
   EXPECT_DOUBLE_EQ(four.comm_s, four.comm_bytes / (25e9 / 8));
+  EXPECT_DOUBLE_EQ(four.tokens_per_s_no_overlap, double(four.global_batch * c.model.n_ctx) / four.step_s_no_overlap);
+  // ZeRO-1 reduces after the whole backward: nothing overlaps.
+  plan::Request sharded = r;
+  sharded.zero = 1;
+  const plan::Plan z = plan::make_plan(sharded);
+  EXPECT_GT(z.comm_s, 0);
+  EXPECT_DOUBLE_EQ(z.step_s_overlap, z.step_s_no_overlap);
   const plan::Plan one = plan::make_plan(gpu_request(c, "V100-16GB", 1));
   EXPECT_EQ(one.comm_s, 0);
+  EXPECT_DOUBLE_EQ(one.tokens_per_s_no_overlap, one.tokens_per_s);
   // Time = tokens / throughput when nothing communicates; cost = hours x price x GPUs.
   plan::Request priced = gpu_request(c, "V100-16GB", 1);
   priced.price_per_hour = 2.5;
@@ -820,15 +828,94 @@ TEST(Plan, GpuBenchFileCalibratesTheGpuUtilisation) {
   EXPECT_NE(test_support::error_of([&] { plan::make_plan(r); }).find("expected a share in (0, 1]"), std::string::npos);
 }
 
+TEST(Plan, InputsThatCannotApplyAreNoted) {
+  auto has_note = [](const plan::Plan& p, const std::string& text) {
+    return std::any_of(p.notes.begin(), p.notes.end(),
+                       [&](const std::string& n) { return n.find(text) != std::string::npos; });
+  };
+  // --network-gbps on one node: nothing crosses a network.
+  plan::Request one_node = gpu_request(config_of("base"), "H100", 8);
+  one_node.network_gbps = 1, one_node.network_gbps_given = true;
+  EXPECT_TRUE(has_note(plan::make_plan(one_node), "with one node it is not used"));
+  one_node.nodes = 2;
+  EXPECT_FALSE(has_note(plan::make_plan(one_node), "with one node it is not used"));
+  // One GPU per node: no NVLink in the label.
+  plan::Request spread = gpu_request(config_of("base"), "H100", 1);
+  spread.nodes = 4;
+  EXPECT_EQ(plan::make_plan(spread).hardware, "4 x H100 (4 nodes, 1 GPU each)");
+  // A calibration measured on another model carries over with a note; on the same model, silently.
+  const Config small = config_of("small");
+  const double achieved = 1000 * train_flops_per_token(small.model) / 1e9;
+  nlohmann::json j = {{"tokens_per_s", 1000},
+                      {"achieved_gflops", achieved},
+                      {"gemm_peak_gflops", 400},
+                      {"share_of_gemm_peak", achieved / 400},
+                      {"peak_rss_bytes", 1e9},
+                      {"cpu", "Test CPU"},
+                      {"threads", 2},
+                      {"precision", "fp32"},
+                      {"config", "small"},
+                      {"parameters", make_param_layout(small.model).count()}};
+  plan::Request r = cpu_request(config_of("tiny"), 24);
+  r.machine = plan::parse_machine(j.dump(), "bench.json");
+  const plan::Plan other = plan::make_plan(r);
+  EXPECT_TRUE(has_note(other, "bench.json measured small (23.0 M parameters), this plan is tiny")) << other.notes[0];
+  EXPECT_FALSE(has_note(other, "memory is this machine's"));  // cpu_request gave the memory
+  r.cpu_memory_bytes = 0;
+  EXPECT_TRUE(has_note(plan::make_plan(r), "memory is this machine's"));
+  r.config = small;
+  EXPECT_FALSE(has_note(plan::make_plan(r), "measured small"));
+  j["device"] = "tpu";
+  EXPECT_NE(test_support::error_of([&] {
+              plan::parse_machine(j.dump(), "bench.json");
+            }).find("bench.json: key 'device': expected cpu or cuda, got 'tpu'"),
+            std::string::npos);
+  // Extreme but valid inputs still print whole figures and units.
+  plan::Request slow = gpu_request(config_of("base"), "H100", 1, 1e18);
+  slow.mfu = 1e-300;
+  const plan::Plan crawl = plan::make_plan(slow);
+  EXPECT_NE(crawl.verdict.find("1e+18 tokens in "), std::string::npos) << crawl.verdict;
+  EXPECT_NE(crawl.verdict.find(" years at MFU 1e-300 (--mfu)"), std::string::npos) << crawl.verdict;
+}
+
 TEST(Plan, GpusAreFoundByTableNameOrByTheDriversName) {
-  const std::vector<std::pair<std::string, std::string>> names = {
-      {"h200", "H200"},           {"NVIDIA H200", "H200"},
-      {"NVIDIA H100 80GB HBM3", "H100"}, {"NVIDIA A100-SXM4-80GB", "A100-80GB"},
-      {"NVIDIA A100-PCIE-40GB", "A100-40GB"}, {"Tesla V100-SXM2-32GB", "V100-32GB"},
-      {"Tesla T4", "T4"},         {"NVIDIA GeForce RTX 4090", "RTX-4090"},
-      {"NVIDIA GeForce GTX 1080 Ti", "GTX-1080-Ti"}};
+  const std::vector<std::pair<std::string, std::string>> names = {{"h200", "H200"},
+                                                                  {"NVIDIA H200", "H200"},
+                                                                  {"NVIDIA H100 80GB HBM3", "H100"},
+                                                                  {"NVIDIA H100 PCIe", "H100-PCIe"},
+                                                                  {"NVIDIA A100-SXM4-80GB", "A100-80GB"},
+                                                                  {"NVIDIA A100-PCIE-40GB", "A100-40GB-PCIe"},
+                                                                  {"NVIDIA A100 80GB PCIe", "A100-80GB-PCIe"},
+                                                                  {"Tesla V100-SXM2-32GB", "V100-32GB"},
+                                                                  {"Tesla V100-PCIE-16GB", "V100-16GB-PCIe"},
+                                                                  {"Tesla P100-PCIE-16GB", "P100"},
+                                                                  {"Tesla P100-SXM2-16GB", "P100-SXM2"},
+                                                                  {"Tesla T4", "T4"},
+                                                                  {"Tesla K80", "K80"},
+                                                                  {"NVIDIA GeForce RTX 4090", "RTX-4090"},
+                                                                  {"NVIDIA GeForce GTX 1080 Ti", "GTX-1080-Ti"}};
   for (const auto& [driver, table] : names) EXPECT_EQ(plan::find_gpu(driver).name, table) << driver;
-  EXPECT_THROW(plan::find_gpu("NVIDIA B200"), Error);
+  // Another chip that shares a word with one in the table is not that one (an H100 NVL has 94 GB and
+  // another clock, a GH200 is not an H200), and a name that fits two entries must say which.
+  for (const char* other : {"NVIDIA B200", "NVIDIA H100 NVL", "NVIDIA GH200 480GB", "K80x", "NVIDIA H200 NVL"})
+    EXPECT_NE(test_support::error_of([&] { plan::find_gpu(other); }).find("unknown GPU"), std::string::npos) << other;
+  EXPECT_NE(test_support::error_of([&] { plan::find_gpu("A100"); }).find("could be A100-40GB or A100-80GB"),
+            std::string::npos);
+  EXPECT_NE(test_support::error_of([&] { plan::find_gpu("NVIDIA A100 48GB"); }).find("unknown GPU"), std::string::npos);
+}
+
+TEST(Plan, GpusCtrlCannotRunOnArePlannedForComparisonOnly) {
+  // The CUDA backend needs sm_75: a V100 plan says so first, and its JSON says ctrl_runs false.
+  const plan::Plan v100 = plan::make_plan(gpu_request(config_of("base", {"train.precision=fp16"}), "V100-16GB", 2));
+  EXPECT_FALSE(v100.ctrl_runs);
+  EXPECT_EQ(v100.verdict.rfind("ctrl cannot train on V100-16GB: it is sm_70", 0), 0u) << v100.verdict;
+  const plan::Plan t4 = plan::make_plan(gpu_request(config_of("base", {"train.precision=fp16"}), "T4", 2));
+  EXPECT_TRUE(t4.ctrl_runs);
+  EXPECT_EQ(t4.verdict.rfind("fits: yes", 0), 0u) << t4.verdict;
+  for (const auto& g : plan::gpu_table())
+    EXPECT_EQ(plan::make_plan(gpu_request(config_of("tiny"), g.name, 1)).ctrl_runs,
+              g.compute_capability >= kCudaMinComputeCapability)
+        << g.name;
 }
 
 TEST(Plan, UnsupportedPrecisionsAreRefused) {
@@ -842,24 +929,29 @@ TEST(Plan, UnsupportedPrecisionsAreRefused) {
 
 TEST(Plan, CommandLineJsonIsParseableAndMatchesTheLibrary) {
   std::string out;
-  ASSERT_EQ(run(test_support::ctrl_binary() +
-                    " plan --config base --tokens 10e9 --gpu V100-16GB --gpus 2 --precision fp16 --json"
-                    " --price-per-hour 3",
-                &out),
-            0)
+  ASSERT_EQ(
+      run(test_support::ctrl_binary() + " plan --config base --tokens 10e9 --gpu T4 --gpus 2 --precision fp16 --json"
+                                        " --price-per-hour 3",
+          &out),
+      0)
       << out;
   const auto j = nlohmann::json::parse(out);
-  const plan::Plan p = plan::make_plan(gpu_request(config_of("base", {"train.precision=fp16"}), "V100-16GB", 2));
+  const plan::Plan p = plan::make_plan(gpu_request(config_of("base", {"train.precision=fp16"}), "T4", 2));
   EXPECT_EQ(j.at("parameters").get<uint64_t>(), p.parameters);
   EXPECT_EQ(j.at("largest_micro_batch").get<int64_t>(), p.largest_micro_batch);
   EXPECT_EQ(j.at("memory_bytes").at("total").get<uint64_t>(), p.memory.total());
   EXPECT_TRUE(j.at("fits").get<bool>());
   EXPECT_EQ(j.at("mfu_source").get<std::string>(), "default");
   EXPECT_NEAR(j.at("cost").get<double>(), p.hours_no_overlap * 3 * 2, 1e-6);
+  EXPECT_TRUE(j.at("ctrl_runs").get<bool>());
+  // Throughput counts each step's all-reduce; the compute alone is its own field.
+  EXPECT_DOUBLE_EQ(j.at("compute_tokens_per_s").get<double>(), p.tokens_per_s);
+  EXPECT_NEAR(j.at("tokens_per_s").get<double>(), 256.0 * 256 / (p.compute_s + p.comm_s), 1e-6);
+  EXPECT_LT(j.at("tokens_per_s").get<double>(), p.tokens_per_s);
   // The readable form ends with the verdict line.
-  ASSERT_EQ(run(test_support::ctrl_binary() + " plan --config base --tokens 10e9 --gpu V100-16GB --gpus 2 --precision fp16",
-                &out),
-            0);
+  ASSERT_EQ(
+      run(test_support::ctrl_binary() + " plan --config base --tokens 10e9 --gpu T4 --gpus 2 --precision fp16", &out),
+      0);
   EXPECT_NE(out.find("\nfits: yes, largest micro-batch " + std::to_string(p.largest_micro_batch)), std::string::npos)
       << out;
 }

@@ -33,8 +33,9 @@ const char* kUsage =
     "  --hardware cpu      this machine (memory from /proc/meminfo, GEMM peak measured now, 0.5 s)\n"
     "  --machine FILE      a CPU measured by `ctrl bench --json`: calibrates the utilisation; with --gpu,\n"
     "                      a GPU run (`ctrl bench --device cuda --json`) calibrates the GPU's utilisation\n"
-    "  --gpu NAME          from the built-in datasheet table (K80, T4, P100, V100-16GB, V100-32GB,\n"
-    "                      GTX-1080-Ti, RTX-3090, RTX-4090, A100-40GB, A100-80GB, H100, H200);\n"
+    "  --gpu NAME          from the built-in datasheet table (T4, RTX-3090, RTX-4090, A100-40GB, A100-80GB,\n"
+    "                      H100, H100-PCIe, H200, ...: docs/planning.md) or as nvidia-smi names it; GPUs\n"
+    "                      older than sm_75 (K80, P100, V100) are planned for comparison: ctrl cannot run there;\n"
     "                      --gpus per node (default 1), --nodes (default 1)\n"
     "  --micro-batch B     plan with B (default: the largest that fits, dividing the per-rank batch)\n"
     "  --zero 1            shard the optimizer state over the data-parallel ranks (ZeRO stage 1)\n"
@@ -87,6 +88,7 @@ int run(const std::vector<std::string>& argv) {
   r.micro_batch = args.get_int("micro-batch", 0, 1, 1 << 24);
   r.zero = int(args.get_int("zero", 0, 0, 1));
   r.network_gbps = args.get_double("network-gbps", 100, 0, 1e9, true);
+  r.network_gbps_given = args.has("network-gbps");
   r.mfu = args.get_double("mfu", 0, 0, 1, true);
   r.price_per_hour = args.get_double("price-per-hour", 0, 0, 1e12);
   if (args.has("memory-gb")) {

@@ -331,6 +331,9 @@ std::string cuda_unavailable_reason();
 // The environment variable CTRL_DEVICE, when set, replaces "cpu" (the default),
 // so that CI runs the whole suite on another backend; an unknown name throws.
 std::unique_ptr<Ops> make_ops(const std::string& device = "cpu", int threads = 0, int rank_on_host = -1);
+// The oldest GPU the CUDA backend runs on: compute capability 7.5 (Turing, T4),
+// the oldest architecture the build compiles for (CTRL_CUDA_ARCHITECTURES).
+constexpr int kCudaMinComputeCapability = 75;
 
 // An array of T in a backend's memory, released with it. data() is for
 // passing to ops only: host code reads and writes the contents with upload

@@ -13,6 +13,7 @@
 #include "core/progress.h"
 #include "core/sysinfo.h"
 #include "model/layout.h"
+#include "ops/ops.h"
 
 namespace ctrl::plan {
 
@@ -96,34 +97,43 @@ uint64_t engine_buffer_bytes(const Config& config, int64_t micro_batch) {
 }
 
 // Vendors' datasheet figures, dense (without 2:4 sparsity), boost clocks:
-// K80 (per GK210, half the board), T4, P100 PCIe, V100 SXM2, A100 SXM4,
-// H100 SXM5 and H200 SXM datasheets; the Ampere GA102 and Ada AD102
+// K80 (per GK210, half the board), T4, P100, V100, A100, H100 and H200
+// datasheets (SXM and PCIe cards); the Ampere GA102 and Ada AD102
 // whitepapers for RTX 3090 / 4090 (fp16/bf16 tensor with fp32 accumulate);
 // GTX 1080 Ti from NVIDIA's spec page (3584 cores × 1582 MHz × 2, fp16 at
 // 1/64 rate on GP102). Link bandwidth is the published total of both
 // directions per GPU (NVLink aggregate, or PCIe x16). 0 marks arithmetic the
-// chip does not have.
+// chip does not have. Memory is nvidia-smi's total, below the datasheet's
+// "GB" (H200: 143,771 MiB in bench/results/gpu-h200-2026-12-04.md).
 const std::vector<GpuSpec>& gpu_table() {
   static const std::vector<GpuSpec> table = {
-      {"K80", 12, 4.37, 0, 0, 0, 240, "PCIe 3.0 x16", 32, false,
+      {"K80", 37, 12, 11441, 4.37, 0, 0, 0, 240, "PCIe 3.0 x16", 32, false,
        "one GK210 of the dual-GPU board (as clouds and Colab expose it); Kepler: no fp16/bf16 arithmetic"},
-      {"T4", 16, 8.1, 0, 65, 0, 320, "PCIe 3.0 x16", 32, true, "Turing: fp16 tensor cores, no bf16 or tf32"},
-      {"P100", 16, 9.3, 0, 18.7, 0, 732, "PCIe 3.0 x16", 32, false,
-       "PCIe card (SXM2: 10.6 fp32, 21.2 fp16, NVLink 160 GB/s); fp16 at twice fp32, no tensor cores, no bf16"},
-      {"V100-16GB", 16, 15.7, 0, 125, 0, 900, "NVLink 2", 300, true,
-       "SXM2 (PCIe card: 14 fp32, 112 fp16, PCIe 32 GB/s); Volta: no bf16 or tf32"},
-      {"V100-32GB", 32, 15.7, 0, 125, 0, 900, "NVLink 2", 300, true,
-       "SXM2 (PCIe card: 14 fp32, 112 fp16, PCIe 32 GB/s); Volta: no bf16 or tf32"},
-      {"GTX-1080-Ti", 11, 11.34, 0, 0.177, 0, 484, "PCIe 3.0 x16", 32, false,
+      {"T4", 75, 16, 15360, 8.1, 0, 65, 0, 320, "PCIe 3.0 x16", 32, true, "Turing: fp16 tensor cores, no bf16 or tf32"},
+      {"P100", 60, 16, 16280, 9.3, 0, 18.7, 0, 732, "PCIe 3.0 x16", 32, false,
+       "PCIe card; fp16 at twice fp32, no tensor cores, no bf16"},
+      {"P100-SXM2", 60, 16, 16280, 10.6, 0, 21.2, 0, 732, "NVLink 1", 160, false,
+       "fp16 at twice fp32, no tensor cores, no bf16"},
+      {"V100-16GB", 70, 16, 16160, 15.7, 0, 125, 0, 900, "NVLink 2", 300, true, "SXM2; Volta: no bf16 or tf32"},
+      {"V100-32GB", 70, 32, 32480, 15.7, 0, 125, 0, 900, "NVLink 2", 300, true, "SXM2; Volta: no bf16 or tf32"},
+      {"V100-16GB-PCIe", 70, 16, 16160, 14, 0, 112, 0, 900, "PCIe 3.0 x16", 32, true, "Volta: no bf16 or tf32"},
+      {"V100-32GB-PCIe", 70, 32, 32480, 14, 0, 112, 0, 900, "PCIe 3.0 x16", 32, true, "Volta: no bf16 or tf32"},
+      {"GTX-1080-Ti", 61, 11, 11264, 11.34, 0, 0.177, 0, 484, "PCIe 3.0 x16", 32, false,
        "Pascal GP102: fp16 arithmetic at 1/64 of fp32, no bf16; train it in fp32"},
-      {"RTX-3090", 24, 35.6, 35.6, 71, 71, 936, "PCIe 4.0 x16", 64, true,
+      {"RTX-3090", 86, 24, 24576, 35.6, 35.6, 71, 71, 936, "PCIe 4.0 x16", 64, true,
        "GeForce: tensor fp16/bf16 with fp32 accumulate at half the fp16-accumulate rate (142)"},
-      {"RTX-4090", 24, 82.6, 82.6, 165.2, 165.2, 1008, "PCIe 4.0 x16", 64, true,
+      {"RTX-4090", 89, 24, 24564, 82.6, 82.6, 165.2, 165.2, 1008, "PCIe 4.0 x16", 64, true,
        "GeForce: tensor fp16/bf16 with fp32 accumulate (330 with fp16 accumulate); no NVLink"},
-      {"A100-40GB", 40, 19.5, 156, 312, 312, 1555, "NVLink 3", 600, true, "SXM4"},
-      {"A100-80GB", 80, 19.5, 156, 312, 312, 2039, "NVLink 3", 600, true, "SXM4"},
-      {"H100", 80, 67, 494.5, 989.5, 989.5, 3350, "NVLink 4", 900, true, "SXM5 80 GB (PCIe card: 51 fp32, 756 bf16)"},
-      {"H200", 141, 67, 494.5, 989.5, 989.5, 4800, "NVLink 4", 900, true, "SXM 141 GB"},
+      {"A100-40GB", 80, 40, 40960, 19.5, 156, 312, 312, 1555, "NVLink 3", 600, true, "SXM4"},
+      {"A100-80GB", 80, 80, 81920, 19.5, 156, 312, 312, 2039, "NVLink 3", 600, true, "SXM4"},
+      {"A100-40GB-PCIe", 80, 40, 40960, 19.5, 156, 312, 312, 1555, "PCIe 4.0 x16", 64, true,
+       "PCIe card (an NVLink bridge joins two at 600 GB/s)"},
+      {"A100-80GB-PCIe", 80, 80, 81920, 19.5, 156, 312, 312, 1935, "PCIe 4.0 x16", 64, true,
+       "PCIe card (an NVLink bridge joins two at 600 GB/s)"},
+      {"H100", 90, 80, 81559, 67, 494.5, 989.5, 989.5, 3350, "NVLink 4", 900, true, "SXM5 80 GB"},
+      {"H100-PCIe", 90, 80, 81559, 51, 378, 756, 756, 2000, "PCIe 5.0 x16", 128, true,
+       "PCIe card (an NVLink bridge joins two at 600 GB/s)"},
+      {"H200", 90, 141, 143771, 67, 494.5, 989.5, 989.5, 4800, "NVLink 4", 900, true, "SXM 141 GB"},
   };
   return table;
 }
@@ -134,35 +144,73 @@ static std::string lower(std::string s) {
 }
 
 namespace {
-// The table's GPU whose name a driver's device name contains ("NVIDIA H200"
-// is H200, "NVIDIA A100-SXM4-80GB" is A100-80GB, "NVIDIA GeForce RTX 4090"
-// RTX-4090): the family before the '-', and of a family's memory variants the
-// one whose size appears; null if none.
-const GpuSpec* gpu_named_in(const std::string& device_name) {
-  const GpuSpec* found = nullptr;
+// A GPU's name split into what tells chips apart: the chip's own words
+// ("a100", "rtx 4090"), the memory ("80gb") and the form factor, without the
+// vendor's words and memory types that name no other chip.
+struct GpuNameParts {
+  std::vector<std::string> chip;
+  std::string memory;  // "80gb", or empty
+  std::string form;    // "pcie", "sxm", or empty
+};
+
+GpuNameParts gpu_name_parts(const std::string& name) {
+  GpuNameParts parts;
+  std::string word;
+  auto take = [&] {
+    if (word.empty()) return;
+    const bool gb = word.size() > 2 && word.compare(word.size() - 2, 2, "gb") == 0 &&
+                    std::all_of(word.begin(), word.end() - 2, [](char c) { return std::isdigit(uint8_t(c)); });
+    if (gb)
+      parts.memory = word;
+    else if (word == "pcie")
+      parts.form = "pcie";
+    else if (word.rfind("sxm", 0) == 0)
+      parts.form = "sxm";
+    else if (word != "nvidia" && word != "tesla" && word != "geforce" && word.rfind("hbm", 0) != 0)
+      parts.chip.push_back(word);
+    word.clear();
+  };
+  for (char c : lower(name) + " ") {
+    if (c == ' ' || c == '-' || c == '_')
+      take();
+    else
+      word += c;
+  }
+  return parts;
+}
+
+// The table's entries that a name can mean: the same chip words; the same
+// memory where the name gives one; a PCIe card for "PCIe", an NVLink one for
+// "SXM", and for neither the entry that names no form factor.
+std::vector<const GpuSpec*> gpus_named(const std::string& name) {
+  const GpuNameParts want = gpu_name_parts(name);
+  std::vector<const GpuSpec*> found;
   for (const auto& g : gpu_table()) {
-    std::string family = g.name, variant;
-    if (family.rfind("RTX", 0) == 0 || family.rfind("GTX", 0) == 0) {
-      std::replace(family.begin(), family.end(), '-', ' ');
-    } else if (const size_t dash = family.find('-'); dash != std::string::npos) {
-      variant = family.substr(dash + 1), family.resize(dash);
-    }
-    if (device_name.find(family) == std::string::npos) continue;
-    if (!variant.empty() && device_name.find(variant) != std::string::npos) return &g;
-    if (!found) found = &g;
+    const GpuNameParts entry = gpu_name_parts(g.name);
+    if (entry.chip != want.chip) continue;
+    if (!want.memory.empty() && want.memory != std::to_string(g.nominal_gb) + "gb") continue;
+    const bool pcie_card = g.link.rfind("PCIe", 0) == 0;
+    if (want.form == "pcie" ? !pcie_card : want.form == "sxm" ? pcie_card : !entry.form.empty()) continue;
+    found.push_back(&g);
   }
   return found;
+}
+
+// The one entry a driver's device name means (a bench file's "gpu"), or null.
+const GpuSpec* gpu_named_in(const std::string& device_name) {
+  const auto found = gpus_named(device_name);
+  return found.size() == 1 ? found[0] : nullptr;
 }
 }  // namespace
 
 const GpuSpec& find_gpu(const std::string& name) {
-  std::string known;
-  for (const auto& g : gpu_table()) {
-    if (lower(g.name) == lower(name)) return g;
-    known += (known.empty() ? "" : ", ") + g.name;
-  }
-  if (const GpuSpec* g = gpu_named_in(name)) return *g;  // a driver's name, as nvidia-smi prints it
-  fail("ctrl plan: --gpu " + name + ": unknown GPU (known: " + known + ")");
+  const auto found = gpus_named(name);
+  if (found.size() == 1) return *found[0];
+  std::string listed;
+  for (const GpuSpec* g : found) listed += (listed.empty() ? "" : " or ") + g->name;
+  if (!found.empty()) fail("ctrl plan: --gpu " + name + " could be " + listed + ": name one");
+  for (const auto& g : gpu_table()) listed += (listed.empty() ? "" : ", ") + g.name;
+  fail("ctrl plan: --gpu " + name + ": unknown GPU (known: " + listed + ")");
 }
 
 double gpu_peak_tflops(const GpuSpec& g, const std::string& precision) {
@@ -205,6 +253,10 @@ MachineProfile parse_machine(const std::string& text, const std::string& where) 
   m.cpu = text_of("cpu");
   m.precision = text_of("precision");
   if (j.contains("device")) m.device = text_of("device");  // files from before the field: CPU runs
+  if (m.device != "cpu" && m.device != "cuda")
+    fail(where + ": key 'device': expected cpu or cuda, got '" + m.device + "'");
+  if (j.contains("config") && j["config"].is_string()) m.config = j["config"].get<std::string>();
+  if (j.contains("parameters")) m.parameters = uint64_t(number("parameters"));
   if (m.device == "cuda") m.gpu = j.contains("gpu") ? text_of("gpu") : "an unnamed GPU";
   if (!(m.gemm_peak_gflops > 0) || !(m.share_of_gemm_peak > 0) || m.share_of_gemm_peak > 1.5)
     fail(where + ": gemm_peak_gflops must be positive and share_of_gemm_peak in (0, 1.5]");
@@ -467,19 +519,21 @@ double default_mfu(bool gpu, bool tensor_cores, const std::string& precision) {
 }
 
 std::string fmt(const char* f, double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, x);
-  return buf;
+  std::string out(size_t(std::snprintf(nullptr, 0, f, x)), '\0');
+  std::snprintf(out.data(), out.size() + 1, f, x);
+  return out;
 }
 
 std::string gib(uint64_t bytes) { return fmt("%.2f GiB", double(bytes) / kGiB); }
 
 std::string duration(double hours) {
   if (hours < 48) return fmt("%.1f hours", hours);
-  return fmt("%.1f days", hours / 24);
+  if (hours < 2 * 8766) return fmt("%.1f days", hours / 24);
+  return fmt("%.3g years", hours / 8766);
 }
 
 std::string tokens_text(double t) {
+  if (t >= 1e12) return fmt("%.3g", t);
   if (t >= 1e9) return fmt("%.3gB", t / 1e9);
   if (t >= 1e6) return fmt("%.3gM", t / 1e6);
   return fmt("%.3g", t);
@@ -530,13 +584,23 @@ Plan make_plan(const Request& r) {
   std::string intra_link;
   // A ctrl bench file calibrates the utilisation when it was measured in this precision.
   const bool calibrated = r.machine && r.machine->precision == precision;
+  auto other_model_note = [&] {
+    if (r.machine->parameters == 0 || r.machine->parameters == p.parameters) return;
+    p.notes.push_back(r.machine->path + " measured " + (r.machine->config.empty() ? "a model" : r.machine->config) +
+                      fmt(" (%.1f M parameters), this plan is ", double(r.machine->parameters) / 1e6) + c.preset +
+                      fmt(" (%.1f M): its utilisation is assumed to carry over, though it differs between models ",
+                          double(p.parameters) / 1e6) +
+                      "(bench this model for a calibration of its own)");
+  };
+  if (r.network_gbps_given && r.nodes == 1)
+    p.notes.push_back("--network-gbps is the bandwidth between nodes; with one node it is not used");
   if (r.machine && !calibrated)
     p.notes.push_back(r.machine->path + " was measured in " + r.machine->precision + ", this plan is " + precision +
                       ": not calibrated");
   if (gpu) {
     const GpuSpec& g = find_gpu(r.gpu);
     p.peak_tflops = gpu_peak_tflops(g, precision);
-    p.device_memory = uint64_t(g.memory_gib * kGiB);
+    p.device_memory = uint64_t(g.memory_mib * double(1ull << 20));
     overhead = kGpuRuntimeOverheadBytes;
     p.mfu = default_mfu(true, g.tensor_cores, precision);
     p.mfu_source = "default";
@@ -568,11 +632,21 @@ Plan make_plan(const Request& r) {
       if (measured->name != g.name)
         p.notes.push_back(r.machine->path + " was measured on " + r.machine->gpu + ", this plan is for " + g.name +
                           ": its utilisation is assumed to carry over");
+      other_model_note();
     }
     intra_gbs = g.link_gbs / 2;
     intra_link = g.link;
     p.hardware = std::to_string(p.ranks) + " x " + g.name + " (" + std::to_string(r.nodes) +
-                 (r.nodes == 1 ? " node, " : " nodes, ") + g.link + ")";
+                 (r.nodes == 1 ? " node" : " nodes") +
+                 (r.gpus_per_node > 1 ? ", " + g.link + ")"
+                  : r.nodes > 1       ? ", 1 GPU each)"
+                                      : ")");
+    if (g.compute_capability < kCudaMinComputeCapability) {
+      p.ctrl_runs = false;
+      p.unsupported = "ctrl cannot train on " + g.name + ": it is sm_" + std::to_string(g.compute_capability) +
+                      " and ctrl's CUDA backend needs sm_" + std::to_string(kCudaMinComputeCapability) +
+                      " (T4, Turing) or newer; the figures are this hardware's, for comparison";
+    }
     if (cuda_attention_fusion_requested()) {
       const int64_t D = c.model.d_model, H = c.model.n_head;
       p.notes.push_back(
@@ -587,6 +661,9 @@ Plan make_plan(const Request& r) {
       p.notes.push_back("GTX 1080 Ti runs fp16 arithmetic at 1/64 of fp32: plan it in fp32");
   } else {
     p.device_memory = r.cpu_memory_bytes ? r.cpu_memory_bytes : host_memory_bytes();
+    if (r.machine && !r.cpu_memory_bytes)
+      p.notes.push_back("memory is this machine's (" + gib(p.device_memory) + "), not that of the machine " +
+                        r.machine->path + " measured; --memory-gb G plans another");
     overhead = kCpuRuntimeOverheadBytes;
     p.mfu = default_mfu(false, false, precision);
     p.mfu_source = "default";
@@ -600,6 +677,7 @@ Plan make_plan(const Request& r) {
         p.mfu_source = "calibrated from ctrl bench on " + r.machine->measured_on() + " (" +
                        std::to_string(r.machine->threads) + (r.machine->threads == 1 ? " thread, " : " threads, ") +
                        r.machine->path + ")";
+        other_model_note();
       }
     }
     if (!(peak_gflops > 0)) fail("ctrl plan: no GEMM peak for this CPU (internal: cpu_peak_gflops not set)");
@@ -686,7 +764,9 @@ Plan make_plan(const Request& r) {
     p.comm_s = p.comm_bytes / (p.comm_gbs * 1e9);
   }
   p.step_s_no_overlap = p.compute_s + p.comm_s;
-  p.step_s_overlap = std::max(p.compute_s, p.comm_s);
+  p.tokens_per_s_no_overlap = tokens_per_step / p.step_s_no_overlap;
+  // ZeRO-1's reduce-scatter waits for the whole backward (docs/distributed.md): no overlap to plan for.
+  p.step_s_overlap = r.zero == 1 ? p.step_s_no_overlap : std::max(p.compute_s, p.comm_s);
   const double steps = r.tokens / tokens_per_step;
   p.hours_no_overlap = steps * p.step_s_no_overlap / 3600;
   p.hours_overlap = steps * p.step_s_overlap / 3600;
@@ -694,20 +774,19 @@ Plan make_plan(const Request& r) {
   p.cost = p.hours_no_overlap * r.price_per_hour * billed;
 
   // The verdict line.
-  std::string v;
+  std::string v = p.ctrl_runs ? "" : p.unsupported + ". ";
   if (p.fits) {
-    v = "fits: yes, largest micro-batch " + std::to_string(p.largest_micro_batch) + " (plan: " +
-        std::to_string(p.micro_batch) + " x " + std::to_string(p.accumulation_steps) + " accumulation x " +
-        std::to_string(p.ranks) + (p.ranks == 1 ? " rank" : " ranks") + "); ";
+    v += "fits: yes, largest micro-batch " + std::to_string(p.largest_micro_batch) +
+         " (plan: " + std::to_string(p.micro_batch) + " x " + std::to_string(p.accumulation_steps) +
+         " accumulation x " + std::to_string(p.ranks) + (p.ranks == 1 ? " rank" : " ranks") + "); ";
   } else if (p.largest_micro_batch > 0) {
-    v = "fits: no at micro-batch " + std::to_string(p.micro_batch) + " (" + gib(p.memory.total()) + " of " +
-        gib(p.device_memory) + "), largest micro-batch " + std::to_string(p.largest_micro_batch) + "; if it did: ";
+    v += "fits: no at micro-batch " + std::to_string(p.micro_batch) + " (" + gib(p.memory.total()) + " of " +
+         gib(p.device_memory) + "), largest micro-batch " + std::to_string(p.largest_micro_batch) + "; if it did: ";
   } else {
-    v = "fits: no, even micro-batch 1 needs " + gib(p.memory.total()) + " per device of " + gib(p.device_memory) +
-        (r.zero == 0 && p.ranks > 1 && memory_at(1, p.ranks).total() <= p.device_memory
-             ? " (it fits with --zero 1)"
-             : "") +
-        "; if it did: ";
+    v += "fits: no, even micro-batch 1 needs " + gib(p.memory.total()) + " per device of " + gib(p.device_memory) +
+         (r.zero == 0 && p.ranks > 1 && memory_at(1, p.ranks).total() <= p.device_memory ? " (it fits with --zero 1)"
+                                                                                         : "") +
+         "; if it did: ";
   }
   v += tokens_text(r.tokens) + " tokens in " + duration(p.hours_no_overlap);
   if (p.ranks > 1 && duration(p.hours_overlap) != duration(p.hours_no_overlap))
@@ -715,7 +794,7 @@ Plan make_plan(const Request& r) {
   if (p.mfu_source == "default")
     v += fmt(" at default MFU %.2f (not calibrated)", p.mfu);
   else if (p.mfu_source == "--mfu")
-    v += fmt(" at MFU %.2f (--mfu)", p.mfu);
+    v += fmt(" at MFU %.3g (--mfu)", p.mfu);
   else
     v += fmt(" at MFU %.3f ", p.mfu) + "calibrated from ctrl bench on " + r.machine->measured_on();
   if (r.price_per_hour > 0) v += fmt(", cost %.0f", p.cost);
@@ -749,11 +828,12 @@ std::string plan_json(const Plan& p) {
                        {"runtime_overhead", m.overhead}, {"cpu_threads_past_overhead", m.thread_runtime},
                        {"mpi_rank", m.communicator},     {"total", m.total()},
                        {"device", p.device_memory}};
+  j["ctrl_runs"] = p.ctrl_runs;
   j["fits"] = p.fits;
   j["zero_checkpoint_peak_bytes"] = p.zero_checkpoint_peak;
   j["micro_batch"] = p.micro_batch;
   j["largest_micro_batch"] = p.largest_micro_batch;
-  j["accumulation_steps"] = p.accumulation_steps;
+  j["accumulation_steps"] = p.micro_batch > 0 ? p.accumulation_steps : 0;  // as the text's "none"
   j["global_batch"] = p.global_batch;
   j["tokens"] = p.request.tokens;
   j["flops_per_token"] = p.flops_per_token;
@@ -763,7 +843,8 @@ std::string plan_json(const Plan& p) {
   j["peak_tflops_per_device"] = p.peak_tflops;
   j["mfu"] = p.mfu;
   j["mfu_source"] = p.mfu_source;
-  j["tokens_per_s"] = p.tokens_per_s;
+  j["tokens_per_s"] = p.tokens_per_s_no_overlap;
+  j["compute_tokens_per_s"] = p.tokens_per_s;
   j["step_seconds"] = {{"compute", p.compute_s},
                        {"communication", p.comm_s},
                        {"no_overlap", p.step_s_no_overlap},
@@ -833,7 +914,9 @@ std::string plan_text(const Plan& p) {
   row("total FLOPs", fmt("%.3e", p.total_flops) + " for " + tokens_text(p.request.tokens) + " tokens");
   row("peak per device", fmt("%.3g TFLOP/s ", p.peak_tflops) + c.train.precision);
   row("utilisation", fmt("MFU %.3f, ", p.mfu) + p.mfu_source);
-  row("throughput", fmt("%.0f tokens/s", p.tokens_per_s));
+  row("throughput",
+      fmt("%.0f tokens/s", p.tokens_per_s_no_overlap) +
+          (p.comm_s > 0 ? fmt(" (computing %.0f tokens/s, all-reduce not overlapped)", p.tokens_per_s) : ""));
   row("step", fmt("compute %.3f s", p.compute_s) + fmt(", all-reduce %.3f s", p.comm_s));
   if (p.ranks > 1) {
     row("all-reduce", (p.comm_bytes >= 1e9 ? fmt("%.2f GB", p.comm_bytes / 1e9) : fmt("%.0f MB", p.comm_bytes / 1e6)) +

@@ -103,21 +103,26 @@ constexpr uint64_t kGpuRuntimeOverheadBytes = 1ull << 30;
 // One GPU model from its vendor's datasheet (dense figures, no sparsity).
 struct GpuSpec {
   std::string name;
-  double memory_gib;   // device memory
-  double fp32_tflops;  // CUDA cores
-  double tf32_tflops;  // tensor cores; 0: unsupported
-  double fp16_tflops;  // tensor cores where present, fp32 accumulate; 0: unsupported
-  double bf16_tflops;  // 0: unsupported
-  double memory_gbs;   // memory bandwidth, GB/s
-  std::string link;    // "NVLink" or "PCIe 3.0 x16" ...
-  double link_gbs;     // GPU-to-GPU bandwidth per GPU as published (both directions together), GB/s
-  bool tensor_cores;   // whether fp16/bf16 products run on tensor cores
+  int compute_capability;  // major x 10 + minor: 75 is sm_75
+  int nominal_gb;          // the memory the product is sold with ("80GB")
+  double memory_mib;       // device memory as nvidia-smi reports its total
+  double fp32_tflops;      // CUDA cores
+  double tf32_tflops;      // tensor cores; 0: unsupported
+  double fp16_tflops;      // tensor cores where present, fp32 accumulate; 0: unsupported
+  double bf16_tflops;      // 0: unsupported
+  double memory_gbs;       // memory bandwidth, GB/s
+  std::string link;        // "NVLink 4", "PCIe 3.0 x16", ...
+  double link_gbs;         // GPU-to-GPU bandwidth per GPU as published (both directions together), GB/s
+  bool tensor_cores;       // whether fp16/bf16 products run on tensor cores
   std::string note;
 };
 const std::vector<GpuSpec>& gpu_table();
-// The entry by name (case-insensitive), or by a driver's device name as
-// nvidia-smi prints it ("NVIDIA A100-SXM4-80GB" is A100-80GB); ctrl::Error
-// listing the known names otherwise.
+// The entry by its table name or by a driver's device name as nvidia-smi
+// prints it ("NVIDIA A100-SXM4-80GB" is A100-80GB, "NVIDIA H100 PCIe"
+// H100-PCIe), case-insensitive. The chip's words must match exactly (no
+// "H100 NVL" for an H100), and so must the memory and the form factor where
+// the name gives them; ctrl::Error naming the candidates for a name that fits
+// several ("A100") and listing the known names for one that fits none.
 const GpuSpec& find_gpu(const std::string& name);
 // Peak TFLOP/s of a GPU for a precision (fp32 uses CUDA cores, not TF32);
 // ctrl::Error saying why when the GPU has no such arithmetic.
@@ -136,6 +141,8 @@ struct MachineProfile {
   uint64_t peak_rss_bytes = 0;
   int64_t threads = 0;      // the threads the bench ran at (pinned, or where the adapter left them)
   int64_t usable_cpus = 0;  // the CPUs it could use; 0 in files from before the field
+  std::string config;       // the model it ran ("small", a TOML path); may be empty
+  uint64_t parameters = 0;  // that model's parameters; 0 when the file lacks them
 };
 // Reads and checks the file; one-line ctrl::Error naming the file and key otherwise.
 MachineProfile load_machine(const std::string& path);
@@ -225,6 +232,7 @@ struct Request {
   int gpus_per_node = 1;       // GPUs per node (CPU: one process per node)
   int nodes = 1;
   double network_gbps = 100;   // between nodes, Gb/s
+  bool network_gbps_given = false;  // --network-gbps was passed (a note when it cannot apply)
   int zero = 0;                // 0 or 1 (ZeRO stage 1: optimizer state sharded over ranks)
   int64_t micro_batch = 0;     // 0: the largest that fits, at most global_batch / ranks
   double mfu = 0;              // 0: calibrated from `machine` or the default for the device
@@ -252,6 +260,9 @@ struct Plan {
   Memory memory;               // per rank at micro_batch (at 1 when nothing fits)
   int memory_threads = 0;      // CPU: the thread count the memory is counted at
   bool fits = false;
+  // False for a GPU the CUDA backend cannot run on (older than sm_75), with the reason.
+  bool ctrl_runs = true;
+  std::string unsupported;
   // ZeRO-1: the peak while saving a checkpoint, when every rank all-gathers the
   // whole optimizer state (train/trainer.cpp save()); 0 without ZeRO.
   uint64_t zero_checkpoint_peak = 0;
@@ -265,6 +276,7 @@ struct Plan {
   double mfu = 0;
   std::string mfu_source;      // "default", "calibrated from ctrl bench on <cpu>", "--mfu"
   double tokens_per_s = 0;     // all ranks, compute only: ranks x peak x mfu / hardware FLOPs per token
+  double tokens_per_s_no_overlap = 0;  // with each step's all-reduce after its compute
   double compute_s = 0, comm_s = 0;  // per optimizer step
   double comm_bytes = 0;       // all-reduce traffic each rank sends per step
   double comm_gbs = 0;         // bandwidth of the ring's slowest link, GB/s

@@ -68,9 +68,9 @@ CudaOps::CudaOps(int device) : device_(device) {
     std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(prop.uuid.bytes[i]));
     gpu_uuid_ += (i == 0 || i == 4 || i == 6 || i == 8 || i == 10 ? "-" : "") + std::string(hex);
   }
-  if (sm_major_ * 10 + sm_minor_ < 75)
+  if (sm_major_ * 10 + sm_minor_ < kCudaMinComputeCapability)
     fail(std::string("cuda: ") + prop.name + " is sm_" + std::to_string(sm_major_) + std::to_string(sm_minor_) +
-         "; this build needs sm_75 (Turing) or newer");
+         "; this build needs sm_" + std::to_string(kCudaMinComputeCapability) + " (Turing) or newer");
   const char* tf32 = std::getenv("CTRL_CUDA_TF32");
   tf32_ = tf32 && std::strcmp(tf32, "1") == 0;
   fused_attention_ = cuda_fused_attention_requested();
