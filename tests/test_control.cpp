@@ -321,4 +321,20 @@ TEST(ControlCodes, APromptThatFillsTheContextGivesOneToken) {
       << out;
 }
 
+// Output that cannot be written (a full disk: /dev/full) ends generate with an
+// error, not "N tokens generated" over a cut file.
+TEST(ControlCodes, GenerateFailsWhenItsOutputCannotBeWritten) {
+  const ToyRun& r = toy();
+  for (const char* as : {"", " --ids"}) {
+    std::string out;
+    EXPECT_EQ(test_support::run_shell(test_support::ctrl_binary() + " generate --model " + r.checkpoint +
+                                          " --control Latin --max-tokens 5" + as + " 2>&1 >/dev/full",
+                                      &out),
+              1)
+        << out;
+    EXPECT_NE(out.find("ctrl generate: writing the output failed: No space left on device"), std::string::npos) << out;
+    EXPECT_EQ(out.find("tokens generated"), std::string::npos) << out;
+  }
+}
+
 }  // namespace

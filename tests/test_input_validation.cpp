@@ -287,15 +287,75 @@ TEST(BadInputCheckpoint, ResumeFallsBackPastAMalformedField) {
   fs::remove_all(run);
 }
 
+// The tensor table (names, types, shapes) is covered too: a one-bit flip in
+// a tensor's name once passed every check ("tokenizer.model" read as
+// "tokdnizer.model" dropped the tokenizer without a word), and a version
+// field set back to 1 no longer switches the metadata checksum off.
+TEST(BadInputCheckpoint, TensorNamesAndTheVersionAreCoveredByChecksums) {
+  const std::string run = trained_run("table", 2);
+  const std::string path = checkpoint_path(run, 2);
+  const std::string pristine = read_file(path);
+  auto with_header_edit = [&](const std::string& from, const std::string& to) {
+    std::string bytes = pristine;
+    const size_t at = bytes.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    ASSERT_EQ(from.size(), to.size());
+    bytes.replace(at, from.size(), to);
+    write_file_atomically(path, bytes);
+  };
+  with_header_edit("\"optimizer.adamw.m.", "\"optimizer.adamw.n.");  // one tensor renamed, same length
+  EXPECT_ERROR(Checkpoint{path}, "step-00000002.ckpt", "tensor table checksum mismatch");
+  with_header_edit("\"version\":\"3\"", "\"version\":\"1\"");
+  EXPECT_ERROR(Checkpoint{path}, "step-00000002.ckpt", "metadata checksum mismatch");
+  write_file_atomically(path, pristine);
+  EXPECT_NO_THROW(Checkpoint{path});
+  fs::remove_all(run);
+}
+
+// --resume past a damaged newest checkpoint moves it aside: it used to stay
+// among the checkpoints, where the rotation counted it and deleted the run's
+// own newer ones (keep_checkpoints = 1 left only the damaged file).
+TEST(BadInputCheckpoint, ResumePastADamagedCheckpointKeepsWhatItWrites) {
+  const std::string run = trained_run("rotate", 4);
+  const std::string damaged = checkpoint_path(run, 4);
+  std::string bytes = read_file(damaged);
+  bytes[bytes.size() - 3] ^= 1;  // a data byte: the checksum fails
+  write_file_atomically(damaged, bytes);
+  Config c = small_config(3);  // ends before the damaged step: the old rotation deleted step 3 for it
+  c.train.keep_checkpoints = 1;
+  TrainerOptions o{run, true, true};
+  Trainer resumed(c, o);
+  EXPECT_EQ(resumed.state().step, 2);
+  resumed.run();
+  EXPECT_EQ(list_checkpoints(run), std::vector<std::string>{checkpoint_path(run, 3)});
+  EXPECT_EQ(read_file(damaged + ".damaged"), bytes);  // kept for a look, out of the way
+  // A stray checkpoint of a later step never pushes out the one just written.
+  fs::copy_file(checkpoint_path(run, 3), checkpoint_path(run, 9));
+  prune_checkpoints(run, 1, 3);
+  EXPECT_TRUE(fs::exists(checkpoint_path(run, 3)));
+  fs::remove_all(run);
+}
+
+// A run whose checkpoints were deleted is not restarted over its metrics.
+TEST(BadInputCheckpoint, ResumeWithoutTheCheckpointsOfALoggedRunIsRefused) {
+  const std::string run = trained_run("gone", 4);
+  fs::remove_all(run + "/checkpoints");
+  TrainerOptions o{run, true, true};
+  EXPECT_ERROR(Trainer(small_config(6), o), "metrics.jsonl records steps up to 4",
+               "checkpoints holds no checkpoint (deleted or moved?)");
+  EXPECT_NE(read_file(run + "/metrics.jsonl").find("\"step\":4"), std::string::npos);  // not truncated
+  fs::remove_all(run);
+}
+
 TEST(BadInputCheckpoint, ANewerFormatVersionIsRefusedNotSkippedAndOverwritten) {
   const std::string run = trained_run("newer", 4);
   const std::string newest = checkpoint_path(run, 4);
-  rewrite_metadata(newest, [](std::map<std::string, std::string>& m) { m["version"] = "3"; });
+  rewrite_metadata(newest, [](std::map<std::string, std::string>& m) { m["version"] = "4"; });
   const std::string bytes = read_file(newest);
-  EXPECT_ERROR(Checkpoint{newest}, "step-00000004.ckpt", "format version 3 is newer than this ctrl reads");
+  EXPECT_ERROR(Checkpoint{newest}, "step-00000004.ckpt", "format version 4 is newer than this ctrl reads");
   EXPECT_THROW(Checkpoint{newest}, CheckpointTooNew);
   TrainerOptions o{run, true, true};
-  EXPECT_ERROR(Trainer(small_config(6), o), "format version 3 is newer");
+  EXPECT_ERROR(Trainer(small_config(6), o), "format version 4 is newer");
   EXPECT_EQ(read_file(newest), bytes);  // left as it was
   fs::remove_all(run);
 }
@@ -416,6 +476,23 @@ TEST_F(BadInputCorpus, CodesTooShortForASequenceAreNamed) {
   std::vector<int32_t> tokens(size_t(64) * size_t(b.context())), targets(tokens.size());
   b.train(0, 64, tokens.data(), targets.data());
   for (int i = 0; i < 64; ++i) EXPECT_EQ(tokens[size_t(i) * size_t(b.context())], d->code(0).token_id);
+}
+
+// What ranks compare before training together: a copy is the same corpus; a
+// shard with other tokens (another split, a stale copy) is not, even when the
+// manifest and the tokenizer are the same.
+TEST_F(BadInputCorpus, TheDigestTellsCopiesFromOtherData) {
+  const std::string original = root_ + "/prepared";
+  const std::string copy = edited("copy", [](nlohmann::json&) {});
+  EXPECT_EQ(Dataset::open(copy).digest(), Dataset::open(original).digest());
+  const Dataset d = Dataset::open(copy);
+  const std::string shard = copy + "/" + d.manifest().codes[0].shards_train[0];
+  std::vector<uint32_t> tokens;
+  for (uint64_t i = 0; i < Shard(shard, d.manifest().vocab_size).size(); ++i)
+    tokens.push_back(Shard(shard, d.manifest().vocab_size).at(i));
+  std::reverse(tokens.begin(), tokens.end());
+  write_shard(shard, tokens, Shard(shard, d.manifest().vocab_size).documents(), d.manifest().vocab_size);
+  EXPECT_NE(Dataset::open(copy).digest(), Dataset::open(original).digest());
 }
 
 TEST_F(BadInputCorpus, ACheckpointAndACorpusMustAgree) {

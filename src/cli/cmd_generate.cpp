@@ -1,5 +1,7 @@
 // ctrl generate: text under a control code, streamed as it is produced.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 
 #include "cli/args.h"
@@ -29,6 +31,13 @@ const char* kUsage =
 std::optional<Tokenizer> checkpoint_tokenizer(const CheckpointContents& c, const std::string& path) {
   if (c.tokenizer.empty()) return std::nullopt;
   return Tokenizer::from_bytes(c.tokenizer, path + " (tokenizer.model)");
+}
+
+// Pushes what was printed out to stdout; a full disk or a closed file ends
+// the command with an error rather than "N tokens generated" over a cut file.
+void flush_output() {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    fail(std::string("ctrl generate: writing the output failed: ") + std::strerror(errno ? errno : EIO));
 }
 
 // Prints what `text` (the decoded sequence so far) adds to `shown` and returns
@@ -121,7 +130,7 @@ int run(const std::vector<std::string>& argv) {
     } else {
       shown = print_new_text(tokenizer->decode(std::vector<int32_t>(history.begin() + 1, history.end())), shown, false);
     }
-    std::fflush(stdout);
+    flush_output();
     if (gen.position() >= n_ctx) {
       context_full = true;
       break;
@@ -131,7 +140,7 @@ int run(const std::vector<std::string>& argv) {
   if (!print_ids)  // what was held back: a character that never completed
     print_new_text(tokenizer->decode(std::vector<int32_t>(history.begin() + 1, history.end())), shown, true);
   std::printf("\n");
-  std::fflush(stdout);  // the text ends its line before the notes on stderr
+  flush_output();  // the text ends its line before the notes on stderr
   if (context_full)
     std::fprintf(stderr, "(stopped: the model's context of %lld tokens is full)\n", static_cast<long long>(n_ctx));
   std::fprintf(stderr, "(%zu tokens generated under %s)\n", history.size() - first_new, control.c_str());

@@ -126,6 +126,47 @@ std::vector<int64_t> SafetensorsReader::read_ints(const std::string& name) const
   return out;
 }
 
+namespace {
+struct TableRow {
+  const std::string* name;
+  DType dtype;
+  const std::vector<int64_t>* shape;
+  size_t offset, nbytes;
+};
+
+uint32_t table_crc(std::vector<TableRow> rows) {
+  std::sort(rows.begin(), rows.end(), [](const TableRow& a, const TableRow& b) { return *a.name < *b.name; });
+  uint32_t crc = 0;
+  auto add = [&crc](const std::string& field) { crc = crc32_of(field.c_str(), field.size() + 1, crc); };  // with NUL
+  for (const TableRow& r : rows) {
+    add(*r.name);
+    add(dtype_name(r.dtype));
+    std::string dims;
+    for (int64_t d : *r.shape) dims += std::to_string(d) + ",";
+    add(dims);
+    add(std::to_string(r.offset) + "+" + std::to_string(r.nbytes));
+  }
+  return crc;
+}
+}  // namespace
+
+uint32_t SafetensorsReader::tensor_table_crc32() const {
+  std::vector<TableRow> rows;
+  const uint8_t* base = file_.data() + data_begin_;
+  for (const auto& [name, t] : tensors_) rows.push_back({&name, t.dtype, &t.shape, size_t(t.data - base), t.nbytes});
+  return table_crc(std::move(rows));
+}
+
+uint32_t SafetensorsWriter::tensor_table_crc32() const {
+  std::vector<TableRow> rows;
+  size_t offset = 0;
+  for (const auto& e : entries_) {
+    rows.push_back({&e.name, e.dtype, &e.shape, offset, e.nbytes});
+    offset += e.nbytes;
+  }
+  return table_crc(std::move(rows));
+}
+
 uint32_t SafetensorsReader::data_crc32() const {
   constexpr size_t kPiece = size_t(64) << 20;
   uint32_t crc = 0;

@@ -40,6 +40,10 @@ class SafetensorsReader {
   // CRC-32 of the whole data section (all tensors' bytes in file order),
   // released (MappedFile::release) piece by piece as it goes.
   uint32_t data_crc32() const;
+  // CRC-32 of the tensor table (each tensor's name, dtype, shape and byte
+  // range, in name order): equal to the writer's tensor_table_crc32() for an
+  // unchanged header, so a checkpoint's metadata can cover its tensor names.
+  uint32_t tensor_table_crc32() const;
   // Drops a range of the file's bytes (e.g. a tensor's, once copied) from
   // this process's memory: MappedFile::release.
   void release(const void* p, size_t n) const { file_.release(p, n); }
@@ -66,6 +70,8 @@ class SafetensorsWriter {
   // Stores the CRC-32 of the data section (decimal) under `key` in the
   // metadata, computed while the data is written; the header goes in last.
   void set_crc_metadata(const std::string& key) { crc_key_ = key; }
+  // The reader's tensor_table_crc32() of the file write() will produce.
+  uint32_t tensor_table_crc32() const;
   void write(const std::string& path) const;
 
  private:

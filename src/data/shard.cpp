@@ -105,6 +105,7 @@ Shard::Shard(const std::string& path, uint32_t expected_vocab_size) : file_(path
   token_bytes_ = h.token_bytes;
   n_tokens_ = h.n_tokens;
   n_documents_ = h.n_documents;
+  crc32_ = h.crc32;
   // Every id must index the embedding: one pass, once, so training and evaluation never check again.
   for (uint64_t i = 0; i < n_tokens_; ++i)
     if (at(i) >= h.vocab_size)
@@ -139,6 +140,12 @@ uint64_t TokenStream::documents() const {
   uint64_t n = 0;
   for (const auto& s : shards_) n += s->documents();
   return n;
+}
+
+std::string TokenStream::digest() const {
+  std::string d;
+  for (const auto& s : shards_) d += std::to_string(s->crc32()) + ":" + std::to_string(s->size()) + " ";
+  return d;
 }
 
 void TokenStream::copy(uint64_t offset, uint64_t n, int32_t* out) const {
@@ -308,6 +315,15 @@ void check_manifest_against_tokenizer(const Manifest& m, const Tokenizer& tokeni
       fail(where + ": control code '" + c.name + "' has token_id " + std::to_string(c.token_id) +
            " but the tokenizer gives it " + std::to_string(id));
   }
+}
+
+std::string Dataset::digest() const {
+  std::string d = "vocabulary " + std::to_string(manifest_.vocab_size) + ", eos " + std::to_string(manifest_.eos_id) +
+                  ", tokenizer crc " + std::to_string(manifest_.tokenizer_crc32);
+  for (size_t i = 0; i < n_codes(); ++i)
+    d += "; " + code(i).name + " " + std::to_string(code(i).token_id) + " train " + train_[i].digest() + "valid " +
+         valid_[i].digest();
+  return d;
 }
 
 int Dataset::find_code(const std::string& name) const {

@@ -55,6 +55,7 @@ class Shard {
   explicit Shard(const std::string& path, uint32_t expected_vocab_size);
   uint64_t size() const { return n_tokens_; }
   uint64_t documents() const { return n_documents_; }
+  uint32_t crc32() const { return crc32_; }  // of the token bytes, verified on opening
   uint32_t at(uint64_t i) const;
   void copy(uint64_t offset, uint64_t n, int32_t* out) const;
 
@@ -63,6 +64,7 @@ class Shard {
   const uint8_t* tokens_ = nullptr;
   uint32_t token_bytes_ = 2;
   uint64_t n_tokens_ = 0, n_documents_ = 0;
+  uint32_t crc32_ = 0;
 };
 
 // One control code's tokens in one split, across its shards.
@@ -71,6 +73,8 @@ class TokenStream {
   void add(std::shared_ptr<Shard> shard);
   uint64_t size() const { return total_; }
   uint64_t documents() const;
+  // Each shard's checksum and size, in order: equal for equal token streams.
+  std::string digest() const;
   // Copies tokens [offset, offset + n) into out; the range must lie inside.
   void copy(uint64_t offset, uint64_t n, int32_t* out) const;
 
@@ -127,6 +131,10 @@ class Dataset {
   const TokenStream& valid(size_t i) const { return valid_[i]; }
   // Index of the code with this name, or -1.
   int find_code(const std::string& name) const;
+  // What training reads, in one line: vocabulary, eos, and each code's name,
+  // id and token streams (TokenStream::digest) with the tokenizer's checksum.
+  // Ranks compare it: a copy with another split or other shards differs.
+  std::string digest() const;
   std::string tokenizer_path() const;  // empty if none
 
  private:

@@ -18,11 +18,13 @@ namespace ctrl {
 
 namespace {
 constexpr const char* kFormat = "ctrl-checkpoint";
-// Version 2 adds "metadata_crc32"; version 1 files (no metadata checksum) are still read.
-constexpr int kVersion = 2;
+// Version 2 adds "metadata_crc32", version 3 "tensors_crc32" (the tensor
+// table: names, dtypes, shapes, byte ranges); older files are still read.
+constexpr int kVersion = 3;
 constexpr int kOldestVersion = 1;
 constexpr const char* kDataCrcKey = "crc32";
 constexpr const char* kMetadataCrcKey = "metadata_crc32";
+constexpr const char* kTensorsCrcKey = "tensors_crc32";
 
 // CRC-32 of every metadata entry but the two checksums, in key order, each as
 // key NUL value NUL: any edit of a value, or a key added or removed, changes it.
@@ -168,6 +170,7 @@ void save_checkpoint(const std::string& path, const CheckpointContents& c, const
   put("loss_scale_clean_steps", std::to_string(c.state.scaler.clean_steps));
   put("skipped_steps", std::to_string(c.state.scaler.skipped_steps));
   put("codes", codes.dump());
+  put(kTensorsCrcKey, std::to_string(w.tensor_table_crc32()));
   w.set_metadata(kMetadataCrcKey, std::to_string(metadata_crc(meta)));
   w.set_crc_metadata(kDataCrcKey);
   w.write(path);
@@ -193,10 +196,17 @@ Checkpoint::Checkpoint(const std::string& path) {
          std::to_string(kOldestVersion) + " to " + std::to_string(kVersion));
   if (std::to_string(file_->data_crc32()) != get(kDataCrcKey))
     fail(path + ": checksum mismatch: the checkpoint is corrupt or was modified");
-  // Version 1 wrote no metadata checksum; its fields are still range-checked below.
-  if (version >= 2 && std::to_string(metadata_crc(meta)) != get(kMetadataCrcKey))
+  // Each checksum is checked where the version requires it and wherever it is
+  // present, so a damaged version field cannot switch one off. Version 1 wrote
+  // none; its fields are still range-checked below.
+  if ((version >= 2 || meta.count(kMetadataCrcKey)) && std::to_string(metadata_crc(meta)) != get(kMetadataCrcKey))
     fail(path + ": metadata checksum mismatch: the checkpoint's metadata (config, step, data position or control "
                 "codes) is corrupt or was modified");
+  if ((version >= 3 || meta.count(kTensorsCrcKey)) &&
+      std::to_string(file_->tensor_table_crc32()) != get(kTensorsCrcKey))
+    fail(path +
+         ": tensor table checksum mismatch: the names, types or shapes of the checkpoint's tensors are "
+         "corrupt or were modified");
   contents_.config = config_from_json(get("config"), path);
   validate(contents_.config);
   auto integer = [&](const char* key) { return parse_int_field(path, key, get(key), 0, INT64_MAX); };
@@ -365,8 +375,10 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   return out;
 }
 
-void prune_checkpoints(const std::string& run_dir, int64_t keep) {
+void prune_checkpoints(const std::string& run_dir, int64_t keep, int64_t step) {
   auto all = list_checkpoints(run_dir);
+  const std::string newest = checkpoint_path(run_dir, step);  // zero-padded: names sort as steps
+  all.erase(std::upper_bound(all.begin(), all.end(), newest), all.end());
   for (size_t i = 0; i + size_t(keep) < all.size(); ++i) std::filesystem::remove(all[i]);
 }
 

@@ -133,8 +133,9 @@ std::optional<ModelConfig> teacher_of(const Config& config);
 // this student is refused, before anything is written, with one line that
 // names `command` ("ctrl train", "ctrl bench") and the checkpoint.
 std::unique_ptr<Checkpoint> open_teacher(const Config& config, const std::string& command);
-// Removes all but the newest `keep`.
-void prune_checkpoints(const std::string& run_dir, int64_t keep);
+// Removes all but the newest `keep` of the checkpoints up to `step` (the one
+// just written), so a stray file of a later step can never push it out.
+void prune_checkpoints(const std::string& run_dir, int64_t keep, int64_t step);
 std::string checkpoint_path(const std::string& run_dir, int64_t step);
 
 }  // namespace ctrl

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -115,6 +116,19 @@ RunDir::~RunDir() {
 bool RunDir::has_metrics() const {
   struct stat st;
   return stat(metrics_path().c_str(), &st) == 0 && st.st_size > 0;
+}
+
+int64_t RunDir::last_metrics_step() const {
+  std::ifstream in(metrics_path());
+  std::string line;
+  int64_t last = -1;
+  while (std::getline(in, line)) {
+    try {
+      last = std::max(last, nlohmann::json::parse(line).at("step").get<int64_t>());
+    } catch (...) {
+    }
+  }
+  return last;
 }
 
 void RunDir::open_metrics(int64_t step) {

@@ -35,6 +35,8 @@ class RunDir {
   std::string metrics_path() const { return dir_ + "/metrics.jsonl"; }
   // metrics.jsonl exists and is not empty: an earlier run logged steps here.
   bool has_metrics() const;
+  // The highest step metrics.jsonl records, or -1 (no file, no readable line).
+  int64_t last_metrics_step() const;
   // Opens metrics.jsonl for appending after dropping every line of a step
   // after `step` (the lines of an interrupted run that are about to be
   // redone, and a line cut off by a crash), so no step appears twice.

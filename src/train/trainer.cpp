@@ -148,6 +148,10 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
     fail(options_.run_dir +
          ": --resume given but there is no such run directory (without --resume, a new run starts "
          "there)");
+  // First, as every later collective depends on them: ranks that disagree
+  // here would wait on each other's different calls until the timeout.
+  comm_->check_identical("the use of --resume and --zero", std::string("--resume ") + (options_.resume ? "yes" : "no") +
+                                                               ", --zero " + std::to_string(options_.zero));
   if (options_.resume) inherit_run_settings(options_.run_dir, config_, *comm_);
   // config.json and the checkpoints record absolute paths: a resume from another directory finds them.
   for (std::string* path : {&config_.train.data, &config_.train.teacher})
@@ -198,8 +202,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   const std::unique_ptr<Checkpoint> checkpoint = checkpoint_to_resume();
   open_data(checkpoint.get());
   if (teacher) check_teacher_shares_codes(teacher->contents(), contents_, t.teacher);
-  if (dataset_) comm_->check_identical("the corpus manifest", dataset_->manifest().sources_json +
-                                                                  std::to_string(dataset_->manifest().tokenizer_crc32));
+  if (dataset_) comm_->check_identical("the corpus (its codes, split and shards)", dataset_->digest());
   // The bf16 path's start-up measurement runs before the engine's buffers
   // exist: its own (2048^3 products) are freed back before the peak.
   choose_bf16_products(checkpoint.get());
@@ -226,6 +229,13 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
   const auto existing = writer() ? list_checkpoints(run) : std::vector<std::string>{};
   // A run stopped before its first checkpoint: --resume starts it again from step 0.
   const bool restart = options_.resume && writer() && existing.empty() && run_dir_->has_metrics();
+  // ... unless its metrics show steps logged after a checkpoint was saved: then
+  // the checkpoints went missing, and starting again would drop those lines.
+  const int64_t every = config_.train.checkpoint_every, logged = restart ? run_dir_->last_metrics_step() : -1;
+  if (restart && every > 0 && logged > every)
+    fail(run + ": metrics.jsonl records steps up to " + std::to_string(logged) + " but " + run +
+         "/checkpoints holds no checkpoint (deleted or moved?); --resume would start again from step 0 and drop "
+         "those lines: put the checkpoints back, or choose another --out");
   if (restart)
     std::fprintf(stderr, "note: %s has no checkpoint yet; --resume starts it again from step 0\n", run.c_str());
   if (!options_.resume || !writer() || restart) {
@@ -237,6 +247,7 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
     return nullptr;
   }
   std::unique_ptr<Checkpoint> checkpoint;
+  std::vector<std::string> damaged;
   for (auto it = existing.rbegin(); it != existing.rend() && !checkpoint; ++it) {
     try {
       checkpoint = std::make_unique<Checkpoint>(*it);
@@ -244,9 +255,18 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
       throw;  // never train over (and then prune) a newer ctrl's run
     } catch (const Error& e) {
       std::fprintf(stderr, "ctrl: warning: skipping %s\n", e.what());
+      damaged.push_back(*it);
     }
   }
   if (!checkpoint) fail(run + ": --resume given but no readable checkpoint in " + run + "/checkpoints");
+  // The run goes on from an earlier step: the damaged later files move aside
+  // (kept for a look), so neither the rotation nor a later --resume counts them.
+  for (const std::string& path : damaged) {
+    std::error_code failed;
+    std::filesystem::rename(path, path + ".damaged", failed);
+    if (failed) fail(path + ": cannot move the damaged checkpoint aside to " + path + ".damaged: " + failed.message());
+    std::fprintf(stderr, "ctrl: note: moved it aside to %s.damaged\n", path.c_str());
+  }
   if (const std::string differ = model_differences(checkpoint->config().model, config_.model); !differ.empty())
     fail(checkpoint->path() + ": the checkpoint's model settings differ from --config's (" + differ +
          "); resume with the checkpoint's");
@@ -532,7 +552,7 @@ void Trainer::save() {
   if (writer()) {
     run_dir_->sync_metrics();  // the lines up to this checkpoint are on disk before it is
     save_checkpoint(checkpoint_path(options_.run_dir, state_.step), contents_, *model_, &optimizer_state);
-    prune_checkpoints(options_.run_dir, config_.train.keep_checkpoints);
+    prune_checkpoints(options_.run_dir, config_.train.keep_checkpoints, state_.step);
   } else {
     for (auto& s : streams) s->finish();  // the writer's broadcasts, in its order (buffer by buffer)
   }

@@ -466,6 +466,21 @@ TEST(MpiTrainerSetup, DifferentConfigsOnTheRanksFailAtStart) {
   EXPECT_LT(j.seconds, 30) << j.output;
 }
 
+// --zero and --resume are flags, not configuration: ranks that differ in them
+// once waited on each other's different collectives until the timeout.
+TEST(MpiTrainerSetup, DifferentFlagsOnTheRanksFailAtStart) {
+  const std::string dir = fresh_dir("flags");
+  const std::string ctrl =
+      std::string(CTRL_BINARY) + " train" + model_flags() + " --set train.micro_batch=2 --timeout 120 --out " + dir;
+  for (const char* flag : {" --zero 1", " --resume"}) {
+    Job j = run("mpiexec --oversubscribe --bind-to none -np 1 " + ctrl + " : -np 1 " + ctrl + flag);
+    EXPECT_NE(j.exit_code, 0) << j.output;
+    EXPECT_TRUE(contains(j.output, "ctrl: the use of --resume and --zero differs between ranks")) << j.output;
+    EXPECT_FALSE(fs::exists(dir)) << "nothing is written before the checks";
+    EXPECT_LT(j.seconds, 30) << j.output;
+  }
+}
+
 // CTRL_DEVICE is not part of the configuration: a rank whose environment
 // picks another backend is refused before anything is written (here the
 // `checked` backend against the plain CPU one; a GPU rank beside a CPU rank
