@@ -25,7 +25,9 @@ const char* kUsage =
     "newest checkpoint and reproduces the uninterrupted run's losses exactly (same thread count); it\n"
     "keeps the run's corpus and teacher (from RUN_DIR/config.json) when --data and --teacher are left out.\n"
     "SIGINT (Ctrl-C), SIGTERM or SIGHUP stops training after the current step with a checkpoint and exit\n"
-    "status 130, 143 or 129; a second signal ends it at once. One training at a time may write RUN_DIR,\n"
+    "status 130, 143 or 129; a second signal ends it at once. So does creating the file RUN_DIR/stop (exit\n"
+    "status 0; ctrl removes it), which is how to stop a job under mpirun: mpirun kills its ranks about\n"
+    "1 s after passing Ctrl-C on, too soon for a step and a checkpoint. One training at a time may write RUN_DIR,\n"
     "and a directory holding other files (an export, a corpus) is refused. --quiet prints no start-up,\n"
     "step or evaluation lines.\n\n"
     "Data-parallel: `mpirun -np N ctrl train ...` (add --bind-to none so each rank can use several\n"
@@ -96,6 +98,7 @@ int run(const std::vector<std::string>& argv) {
   Trainer trainer(config, options);
   trainer.run();
   if (trainer.stopped_by()) return 128 + trainer.stopped_by();  // as a shell reports a signal: 130, 143, 129
+  if (trainer.stopped_early()) return 0;                        // by the stop file: as asked, and said so
   if (comm->rank() != 0) return 0;
   if (comm->size() > 1) std::fprintf(stderr, "data-parallel over %s\n", trainer.communicator().name().c_str());
   const std::string curve = options.run_dir + "/loss.svg";  // not drawn before a step is logged

@@ -118,6 +118,11 @@ bool RunDir::has_metrics() const {
   return stat(metrics_path().c_str(), &st) == 0 && st.st_size > 0;
 }
 
+bool RunDir::stop_requested() const {
+  struct stat st;
+  return stat(stop_path().c_str(), &st) == 0;
+}
+
 int64_t RunDir::last_metrics_step() const {
   std::ifstream in(metrics_path());
   std::string line;
@@ -162,14 +167,15 @@ void RunDir::sync_metrics() {
     metrics_error_ = metrics_path() + ": write failed: " + std::strerror(errno);
 }
 
-StopRequest agree_on_stop(Communicator& comm, int signal, bool write_failed) {
-  double votes[4] = {0, 0, 0, write_failed ? 1.0 : 0.0};
+StopRequest agree_on_stop(Communicator& comm, int signal, bool write_failed, bool stop_file) {
+  double votes[5] = {0, 0, 0, write_failed ? 1.0 : 0.0, stop_file ? 1.0 : 0.0};
   for (int i = 0; i < 3; ++i) votes[i] = signal == kStopSignals[i] ? 1.0 : 0.0;
-  if (comm.size() > 1) comm.all_reduce_sum(votes, 4);
+  if (comm.size() > 1) comm.all_reduce_sum(votes, 5);
   StopRequest r;
   for (int i = 0; i < 3 && !r.signal; ++i)
     if (votes[i] > 0) r.signal = kStopSignals[i];
   r.write_failed = votes[3] > 0;
+  r.stop_file = votes[4] > 0;
   return r;
 }
 

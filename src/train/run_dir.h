@@ -48,6 +48,11 @@ class RunDir {
   void append_metrics(const std::string& line);
   // fdatasync of metrics.jsonl, so the lines up to a checkpoint outlive a power loss.
   void sync_metrics();
+  // <dir>/stop: a file anyone may create to stop training after the current
+  // step with a checkpoint, the way to stop a job whose launcher kills its
+  // ranks soon after passing a signal on (mpirun: 1 s). Removed once obeyed.
+  std::string stop_path() const { return dir_ + "/stop"; }
+  bool stop_requested() const;
   // "" or one line: "<dir>/metrics.jsonl: write failed: <reason>".
   const std::string& metrics_error() const { return metrics_error_; }
 
@@ -62,12 +67,13 @@ class RunDir {
 struct StopRequest {
   int signal = 0;             // SIGINT, SIGTERM or SIGHUP received by some rank (the first of them in that order)
   bool write_failed = false;  // the writer could not write metrics.jsonl
-  bool any() const { return signal != 0 || write_failed; }
+  bool stop_file = false;     // the writer found RunDir::stop_path()
+  bool any() const { return signal != 0 || write_failed || stop_file; }
 };
 
 // Combines each rank's view (its received signal, and on the writer a failed
 // metrics write) with one small all-reduce, so all ranks stop after the same
 // step. Call it on every rank at the same point of every step.
-StopRequest agree_on_stop(Communicator& comm, int signal, bool write_failed);
+StopRequest agree_on_stop(Communicator& comm, int signal, bool write_failed, bool stop_file);
 
 }  // namespace ctrl

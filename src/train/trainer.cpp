@@ -158,10 +158,16 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
     if (!path->empty()) *path = std::filesystem::absolute(*path).lexically_normal().string();
   const auto& t = config_.train;
   const int64_t ranks = comm_->size();
-  if (t.global_batch % (ranks * t.micro_batch) != 0)
+  if (t.global_batch % (ranks * t.micro_batch) != 0) {
+    // The largest micro-batch below the given one that divides the batch, when one does (1 always does then).
+    int64_t fitting = std::min(t.micro_batch, std::max<int64_t>(1, t.global_batch / ranks));
+    while (t.global_batch % ranks == 0 && t.global_batch % (ranks * fitting) != 0) --fitting;
     fail("config " + config_.preset + ": train.global_batch (" + std::to_string(t.global_batch) +
          ") must be a multiple of ranks x train.micro_batch (" + std::to_string(ranks) + " x " +
-         std::to_string(t.micro_batch) + ")");
+         std::to_string(t.micro_batch) + ")" +
+         (t.global_batch % ranks == 0 ? "; e.g. --set train.micro_batch=" + std::to_string(fitting)
+                                      : "; e.g. --set train.global_batch=" + std::to_string(ranks * t.micro_batch)));
+  }
   if (options_.zero != 0 && options_.zero != 1) fail("--zero must be 0 or 1");
   const std::unique_ptr<Checkpoint> teacher = open_teacher(config_, "ctrl train");
   // Before anything is written or the engine's buffers are allocated: a run
@@ -183,6 +189,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   // The corpus opens before the run directory is made: a wrong --data leaves nothing behind.
   if (!t.data.empty()) {
     dataset_ = std::make_shared<Dataset>(Dataset::open(t.data));
+    comm_->check_identical("the corpus (its codes, split and shards)", dataset_->digest());
     if (dataset_->manifest().vocab_size > uint32_t(config_.model.vocab_size))
       fail(t.data + ": corpus vocabulary " + std::to_string(dataset_->manifest().vocab_size) +
            " is larger than model.vocab_size " + std::to_string(config_.model.vocab_size) +
@@ -202,7 +209,6 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   const std::unique_ptr<Checkpoint> checkpoint = checkpoint_to_resume();
   open_data(checkpoint.get());
   if (teacher) check_teacher_shares_codes(teacher->contents(), contents_, t.teacher);
-  if (dataset_) comm_->check_identical("the corpus (its codes, split and shards)", dataset_->digest());
   // The bf16 path's start-up measurement runs before the engine's buffers
   // exist: its own (2048^3 products) are freed back before the peak.
   choose_bf16_products(checkpoint.get());
@@ -620,7 +626,8 @@ void Trainer::run() {
     if (t.eval_every > 0 && state_.step % t.eval_every == 0) evaluate();
     if (t.checkpoint_every > 0 && state_.step % t.checkpoint_every == 0) save_or_stop();
     const StopRequest stop =
-        agree_on_stop(*comm_, StopSignals::requested(), writer() && !run_dir_->metrics_error().empty());
+        agree_on_stop(*comm_, StopSignals::requested(), writer() && !run_dir_->metrics_error().empty(),
+                      writer() && run_dir_->stop_requested());
     if (stop.any()) return stop_early(stop);
   }
   if (t.checkpoint_every == 0 || state_.step % t.checkpoint_every != 0) save_or_stop();
@@ -675,9 +682,12 @@ void Trainer::stop_early(const StopRequest& stop) {
                         " (free space, then continue with --resume)"
                   : "training stopped after " + where + ": rank 0 could not write metrics.jsonl");
   stopped_by_ = stop.signal;
-  if (writer())
-    std::fprintf(stderr, "ctrl train: stopped by %s after %s; %s (continue with --resume)\n",
-                 signal_name(stop.signal).c_str(), where.c_str(), saved.c_str());
+  stopped_early_ = true;
+  if (!writer()) return;
+  if (stop.stop_file) std::filesystem::remove(run_dir_->stop_path());  // obeyed: a resume would stop again at once
+  const std::string by = stop.signal ? signal_name(stop.signal) : run_dir_->stop_path();
+  std::fprintf(stderr, "ctrl train: stopped by %s after %s; %s (continue with --resume)\n", by.c_str(), where.c_str(),
+               saved.c_str());
 }
 
 }  // namespace ctrl

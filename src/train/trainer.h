@@ -38,11 +38,14 @@ class Trainer {
   Trainer(const Config& config, const TrainerOptions& options);
   ~Trainer();
   // Trains until config.train.steps optimizer steps are done, or until
-  // SIGINT, SIGTERM or SIGHUP: then it stops after the current step, writes
-  // a checkpoint and returns with stopped_by() set (on every rank). A failed
-  // write of metrics.jsonl stops it the same way and throws ctrl::Error.
+  // SIGINT, SIGTERM or SIGHUP, or the run directory's stop file
+  // (RunDir::stop_path): then it stops after the current step, writes a
+  // checkpoint and returns with stopped_early() (and for a signal
+  // stopped_by()) set on every rank. A failed write of metrics.jsonl stops
+  // it the same way and throws ctrl::Error.
   void run();
-  // The signal that stopped run() early, or 0.
+  // Whether run() stopped before train.steps, and the signal that stopped it (or 0).
+  bool stopped_early() const { return stopped_early_; }
   int stopped_by() const { return stopped_by_; }
   // Mean training loss of every step this object ran, in order.
   const std::vector<double>& step_losses() const { return step_losses_; }
@@ -98,6 +101,7 @@ class Trainer {
   std::vector<double> step_losses_;
   std::unique_ptr<RunDir> run_dir_;  // rank 0 only
   int stopped_by_ = 0;
+  bool stopped_early_ = false;
   double window_seconds_ = 0, window_tokens_ = 0;
   int64_t window_steps_ = 0;
 };

@@ -442,11 +442,35 @@ TEST(MpiTrainerFailure, SignalToOneRankStopsEveryRankAtTheSameStep) {
   }
 }
 
+// RUN/stop stops a job that signals cannot: mpirun passes Ctrl-C on to its
+// ranks as SIGTERM and kills them about a second later (Open MPI's
+// odls_base_sigkill_timeout), before a slow step and its checkpoint end.
+TEST(MpiTrainerFailure, TheStopFileStopsEveryRankWithACheckpoint) {
+  const std::string dir = fresh_dir("stopfile");
+  Job j;
+  std::thread job([&] { j = run(train(2, 2, dir, "--set train.steps=100000 --set train.checkpoint_every=1000")); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline && read_logged_steps(dir) < 2)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::ofstream(dir + "/stop").flush();
+  job.join();
+  EXPECT_EQ(j.exit_code, 0) << j.output;
+  const int64_t step = newest_intact_checkpoint(dir);
+  EXPECT_GE(step, 2);
+  EXPECT_EQ(read_logged_steps(dir), step);
+  EXPECT_TRUE(contains(j.output, "ctrl train: stopped by " + dir + "/stop after step " + std::to_string(step) +
+                                     " of 100000; checkpoint " + checkpoint_path(dir, step) + " written"))
+      << j.output;
+  EXPECT_FALSE(fs::exists(dir + "/stop")) << "obeyed, so removed: a resume would stop at once";
+}
+
 TEST(MpiTrainerSetup, GlobalBatchNotDivisibleByRanksTimesMicroBatchFailsAtStart) {
   const std::string dir = fresh_dir("indivisible");
   Job j = run(train(2, 2, dir, "--set train.global_batch=6"));
   EXPECT_NE(j.exit_code, 0) << j.output;
-  EXPECT_TRUE(contains(j.output, ": train.global_batch (6) must be a multiple of ranks x train.micro_batch (2 x 2)\n"))
+  EXPECT_TRUE(contains(j.output,
+                       ": train.global_batch (6) must be a multiple of ranks x train.micro_batch (2 x 2); e.g. --set "
+                       "train.micro_batch=1\n"))
       << j.output;
   EXPECT_FALSE(fs::exists(dir)) << "nothing is written before the checks";
   EXPECT_LT(j.seconds, 30) << j.output;
