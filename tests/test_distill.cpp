@@ -5,6 +5,7 @@
 // the refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/rng.h"
+#include "data/shard.h"
 #include "model/model.h"
 #include "test_support.h"
 #include "train/checkpoint.h"
@@ -252,6 +254,62 @@ TEST(Distill, ResumeWithATeacherIsBitExact) {
                                         });
 }
 
+// A resume that keeps the run's teacher goes on with distillation settings
+// given now (they were silently replaced by the run's), with the run's when
+// none are given; on a run trained without a teacher they are refused.
+TEST(Distill, AResumeKeepsTheTeacherAndTakesTheWeightingGivenNow) {
+  const std::string teacher = train_teacher("teacher_weighting", 2);
+  Config c = tiny_config(2);
+  c.model.n_layer = 1;
+  c.train.teacher = teacher;
+  c.train.distill_alpha = 0.7;
+  const std::string run = fresh_dir("weighting");
+  Trainer(c, TrainerOptions{run, false, true}).run();
+  auto alpha_in_config_json = [&] {
+    const auto j = nlohmann::json::parse(read_file(run + "/config.json"));
+    return std::stod(j.at("train.distill_alpha").get<std::string>());
+  };
+  Config resumed = c;
+  resumed.train.teacher.clear();
+  resumed.train.steps = 3;
+  resumed.train.distill_alpha = 0.9;
+  TrainerOptions given{run, true, true};
+  given.distill_given = true;
+  { Trainer t(resumed, given); }
+  EXPECT_DOUBLE_EQ(alpha_in_config_json(), 0.9);
+  resumed.train.distill_alpha = 0.5;  // the default, not given: the run's
+  { Trainer t(resumed, TrainerOptions{run, true, true}); }
+  EXPECT_DOUBLE_EQ(alpha_in_config_json(), 0.9);
+  // A run without a teacher.
+  Config plain = tiny_config(2);
+  plain.model.n_layer = 1;
+  const std::string plain_run = fresh_dir("weighting_plain");
+  Trainer(plain, TrainerOptions{plain_run, false, true}).run();
+  plain.train.steps = 3;
+  TrainerOptions o{plain_run, true, true};
+  o.distill_given = true;
+  EXPECT_NE(test_support::error_of([&] { Trainer(plain, o); }).find("trained without a teacher; pass --teacher CKPT"),
+            std::string::npos);
+}
+
+// Two corpora of the same codes listed in another order (--source in
+// another order) share the codes: name for name, id for id.
+TEST(Distill, CodesInAnotherOrderAreTheSameCodes) {
+  const std::string data = fresh_dir("order_ab"), reordered = fresh_dir("order_ba");
+  test_support::write_two_code_corpus(data, std::vector<uint32_t>(200, 7), std::vector<uint32_t>(200, 9), 64);
+  test_support::write_two_code_corpus(reordered, std::vector<uint32_t>(200, 7), std::vector<uint32_t>(200, 9), 64);
+  Manifest m = Manifest::read(reordered);
+  std::reverse(m.codes.begin(), m.codes.end());
+  m.write(reordered);
+  Config c = tiny_config(0);
+  c.train.data = data;
+  const std::string teacher = train_teacher("teacher_order", 1, c);
+  Config student = tiny_config(1);
+  student.train.data = reordered;
+  student.train.teacher = teacher;
+  EXPECT_NO_THROW(Trainer(student, TrainerOptions{fresh_dir("student_order"), false, true}).run());
+}
+
 // Mixed precision with a teacher: the teacher runs in the student's
 // precision (its bf16 copy of the weights, or fp16 under the loss scale), and
 // the objective's two parts track the fp32 run's; fp16's scaler never skips
@@ -365,12 +423,16 @@ TEST(Distill, RefusesATeacherThatSharesNeitherTokensNorCodes) {
   c.train.data = data;
   EXPECT_NE(message(c).find("student and teacher must share the control codes"), std::string::npos) << message(c);
   // The command line: distillation settings without a teacher.
-  std::string out;
-  EXPECT_NE(test_support::run_shell(test_support::ctrl_binary() + " train --config tiny --out " + fresh_dir("cli") +
-                                        " --distill-alpha 0.3 2>&1",
-                                    &out),
-            0);
-  EXPECT_NE(out.find("--distill-alpha and --distill-temperature need a teacher"), std::string::npos) << out;
+  for (const char* setting : {" --distill-alpha 0.3", " --set train.distill_temperature=5"}) {
+    std::string out;
+    EXPECT_NE(
+        test_support::run_shell(
+            test_support::ctrl_binary() + " train --config tiny --out " + fresh_dir("cli") + setting + " 2>&1", &out),
+        0);
+    EXPECT_NE(out.find("(train.distill_alpha, train.distill_temperature) need a teacher (--teacher CKPT)"),
+              std::string::npos)
+        << setting << ": " << out;
+  }
   c = tiny_config(1);
   c.train.teacher = "/nonexistent/teacher.ckpt";
   try {

@@ -444,6 +444,29 @@ TEST(RunLifecycle, ResumeDropsTheMetricsOfStepsAfterTheCheckpoint) {
 // A full disk under metrics.jsonl (here: a link to /dev/full, which fails
 // every write with ENOSPC) stops training at the step whose line failed,
 // after a checkpoint of that step, with an error.
+// The closing line's peak memory is the run's: with --quiet it once was the
+// bf16 path's start-up timing (2048^3 products), three times the run's own.
+TEST(RunLifecycle, ThePeakMemoryReportedIsTheRunsNotTheStartUpTimings) {
+  if (test_support::test_backend_is_gpu()) GTEST_SKIP() << "host memory of a CPU run";
+  const std::string dir = fresh_dir("peak");
+  std::string out;
+  ASSERT_EQ(test_support::run_shell(train_command(dir,
+                                                  "--set train.steps=3 --set train.precision=bf16 "
+                                                  "--set train.cpu_bf16=auto 2>&1"),
+                                    &out),
+            0)
+      << out;
+  const size_t at = out.find("(peak memory ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const double reported_mib = std::stod(out.substr(at + 13));
+  double logged_mib = 0;  // the largest resident size metrics.jsonl logged during the steps
+  std::ifstream metrics(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);)
+    logged_mib = std::max(logged_mib, nlohmann::json::parse(line).value("rss_bytes", 0.0) / (1 << 20));
+  ASSERT_GT(logged_mib, 0) << out;
+  EXPECT_LT(reported_mib, logged_mib + 24) << out;  // the timing's products alone are 48 MiB
+}
+
 TEST(RunLifecycle, FailedMetricsWriteStopsTrainingAfterACheckpoint) {
   const Config c = small_config(7, 5);
   TrainerOptions o{fresh_dir("full"), false, true};

@@ -84,14 +84,23 @@ int run(const std::vector<std::string>& argv) {
   if (args.has("distill-alpha")) config.train.distill_alpha = args.get_double("distill-alpha", 0.5, 0, 1);
   if (args.has("distill-temperature"))
     config.train.distill_temperature = args.get_double("distill-temperature", 2, 0, 1000, true);
-  if ((args.has("distill-alpha") || args.has("distill-temperature")) && config.train.teacher.empty())
-    fail("ctrl train: --distill-alpha and --distill-temperature need a teacher (--teacher CKPT)");
+  // Given for this start: as flags, with --set, or in a TOML file (where they differ from the defaults).
+  bool distill_given = args.has("distill-alpha") || args.has("distill-temperature") ||
+                       config.train.distill_alpha != TrainConfig().distill_alpha ||
+                       config.train.distill_temperature != TrainConfig().distill_temperature;
+  for (const auto& s : args.all("set")) distill_given |= s.rfind("train.distill_", 0) == 0;
+  // A resume may keep the run's teacher (from its config.json): the trainer checks that one exists.
+  if (distill_given && config.train.teacher.empty() && !args.has("resume"))
+    fail(
+        "ctrl train: --distill-alpha and --distill-temperature (train.distill_alpha, train.distill_temperature) need "
+        "a teacher (--teacher CKPT)");
   validate(config);
   TrainerOptions options;
   options.run_dir = args.require("out");
   options.resume = args.has("resume");
   options.quiet = args.has("quiet");
   options.zero = int(args.get_int("zero", 0, 0, 1));
+  options.distill_given = distill_given;
   options.before_step = fault_from_environment();
   auto comm = make_communicator(args.get_double("timeout", 600, 0, 1e9, true));
   options.comm = comm.get();

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -78,9 +79,13 @@ void check_teacher_shares_codes(const CheckpointContents& teacher, const Checkpo
                       ? "one of teacher and student was trained without a tokenizer"
                       : "the teacher's tokenizer differs from the corpus's") +
          "; student and teacher must share the tokenizer");
+  // In name order: the two corpora may list the same codes in another order (the order of --source).
   auto names = [](const std::vector<CodeInfo>& codes) {
+    std::vector<std::string> each;
+    for (const auto& c : codes) each.push_back(c.name + "=" + std::to_string(c.token_id));
+    std::sort(each.begin(), each.end());
     std::string s;
-    for (const auto& c : codes) s += (s.empty() ? "" : ", ") + c.name + "=" + std::to_string(c.token_id);
+    for (const auto& e : each) s += (s.empty() ? "" : ", ") + e;
     return s;
   };
   if (names(teacher.codes) != names(student.codes))
@@ -93,7 +98,7 @@ void check_teacher_shares_codes(const CheckpointContents& teacher, const Checkpo
 // `--resume` that forgot --data would go on with synthetic tokens and write
 // checkpoints of a model that knows no control codes. Rank 0 reads the file;
 // every rank takes the same settings. Notes say what was carried over.
-void inherit_run_settings(const std::string& run_dir, Config& config, Communicator& comm) {
+void inherit_run_settings(const std::string& run_dir, Config& config, bool distill_given, Communicator& comm) {
   std::string kept;
   if (comm.rank() == 0) {
     const std::string path = run_dir + "/config.json";
@@ -114,11 +119,15 @@ void inherit_run_settings(const std::string& run_dir, Config& config, Communicat
     }
     if (start && config.train.teacher.empty() && !start->train.teacher.empty()) {
       j["teacher"] = start->train.teacher;
-      j["alpha"] = start->train.distill_alpha;
-      j["temperature"] = start->train.distill_temperature;
-      std::fprintf(stderr, "note: --resume keeps the run's teacher %s (train.teacher in %s)\n",
-                   start->train.teacher.c_str(), path.c_str());
+      j["alpha"] = distill_given ? config.train.distill_alpha : start->train.distill_alpha;
+      j["temperature"] = distill_given ? config.train.distill_temperature : start->train.distill_temperature;
+      std::fprintf(stderr, "note: --resume keeps the run's teacher %s (train.teacher in %s)%s\n",
+                   start->train.teacher.c_str(), path.c_str(),
+                   distill_given ? ", with the distillation settings given now" : "");
     }
+    if (distill_given && config.train.teacher.empty() && !j.contains("teacher"))
+      j["error"] = "ctrl train --resume: train.distill_alpha and train.distill_temperature were given, but " + run_dir +
+                   " trained without a teacher; pass --teacher CKPT to distill";
     kept = j.dump();
   }
   uint64_t size = kept.size();
@@ -126,6 +135,7 @@ void inherit_run_settings(const std::string& run_dir, Config& config, Communicat
   kept.resize(size_t(size));
   comm.broadcast(kept.data(), kept.size(), 0);
   const nlohmann::json j = nlohmann::json::parse(kept);
+  if (j.contains("error")) fail(j["error"].get<std::string>());  // on every rank alike
   if (j.contains("data")) config.train.data = j["data"].get<std::string>();
   if (j.contains("teacher")) {
     config.train.teacher = j["teacher"].get<std::string>();
@@ -152,7 +162,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   // here would wait on each other's different calls until the timeout.
   comm_->check_identical("the use of --resume and --zero", std::string("--resume ") + (options_.resume ? "yes" : "no") +
                                                                ", --zero " + std::to_string(options_.zero));
-  if (options_.resume) inherit_run_settings(options_.run_dir, config_, *comm_);
+  if (options_.resume) inherit_run_settings(options_.run_dir, config_, options_.distill_given, *comm_);
   // config.json and the checkpoints record absolute paths: a resume from another directory finds them.
   for (std::string* path : {&config_.train.data, &config_.train.teacher})
     if (!path->empty()) *path = std::filesystem::absolute(*path).lexically_normal().string();
@@ -352,6 +362,7 @@ void Trainer::choose_bf16_products(const Checkpoint* checkpoint) {
     if (setting == "auto" && checkpoint && checkpoint->config().train.cpu_bf16 != "auto")
       setting = checkpoint->config().train.cpu_bf16;
     bf16_choice_ = ops_->choose_bf16_products(setting, 0.2);
+    reset_peak_rss();  // the timing's products are freed: the run's peak memory is its own, --quiet or not
     widened = bf16_choice_.widened;
   }
   comm_->broadcast(&widened, sizeof widened, 0);
