@@ -263,23 +263,25 @@ TEST(Distill, AResumeKeepsTheTeacherAndTakesTheWeightingGivenNow) {
   c.model.n_layer = 1;
   c.train.teacher = teacher;
   c.train.distill_alpha = 0.7;
+  c.train.distill_temperature = 3;
   const std::string run = fresh_dir("weighting");
   Trainer(c, TrainerOptions{run, false, true}).run();
-  auto alpha_in_config_json = [&] {
+  auto setting_in_config_json = [&](const char* key) {
     const auto j = nlohmann::json::parse(read_file(run + "/config.json"));
-    return std::stod(j.at("train.distill_alpha").get<std::string>());
+    return std::stod(j.at(key).get<std::string>());
   };
   Config resumed = c;
   resumed.train.teacher.clear();
   resumed.train.steps = 3;
   resumed.train.distill_alpha = 0.9;
   TrainerOptions given{run, true, true};
-  given.distill_given = true;
+  given.distill_alpha_given = true;  // the temperature was not given: the run's 3 stays
   { Trainer t(resumed, given); }
-  EXPECT_DOUBLE_EQ(alpha_in_config_json(), 0.9);
+  EXPECT_DOUBLE_EQ(setting_in_config_json("train.distill_alpha"), 0.9);
+  EXPECT_DOUBLE_EQ(setting_in_config_json("train.distill_temperature"), 3);
   resumed.train.distill_alpha = 0.5;  // the default, not given: the run's
   { Trainer t(resumed, TrainerOptions{run, true, true}); }
-  EXPECT_DOUBLE_EQ(alpha_in_config_json(), 0.9);
+  EXPECT_DOUBLE_EQ(setting_in_config_json("train.distill_alpha"), 0.9);
   // A run without a teacher.
   Config plain = tiny_config(2);
   plain.model.n_layer = 1;
@@ -287,9 +289,10 @@ TEST(Distill, AResumeKeepsTheTeacherAndTakesTheWeightingGivenNow) {
   Trainer(plain, TrainerOptions{plain_run, false, true}).run();
   plain.train.steps = 3;
   TrainerOptions o{plain_run, true, true};
-  o.distill_given = true;
-  EXPECT_NE(test_support::error_of([&] { Trainer(plain, o); }).find("trained without a teacher; pass --teacher CKPT"),
-            std::string::npos);
+  o.distill_temperature_given = true;
+  EXPECT_NE(
+      test_support::error_of([&] { Trainer(plain, o); }).find("config.json names no teacher; pass --teacher CKPT"),
+      std::string::npos);
 }
 
 // Two corpora of the same codes listed in another order (--source in

@@ -341,16 +341,48 @@ TEST(BadInputCheckpoint, ResumeWithoutTheCheckpointsOfALoggedRunIsRefused) {
   const std::string run = trained_run("gone", 4);
   fs::remove_all(run + "/checkpoints");
   TrainerOptions o{run, true, true};
-  EXPECT_ERROR(Trainer(small_config(6), o), "metrics.jsonl records steps up to 4",
-               "checkpoints holds no checkpoint (deleted or moved?)");
+  EXPECT_ERROR(Trainer(small_config(6), o), "metrics.jsonl records steps up to 4, past the first checkpoint (step 2)",
+               "checkpoints holds no checkpoint (deleted or moved?)", "remove metrics.jsonl to start again");
   EXPECT_NE(read_file(run + "/metrics.jsonl").find("\"step\":4"), std::string::npos);  // not truncated
+  // The run's own checkpoint interval counts (config.json), not this start's: a run that never reached
+  // its first checkpoint starts again even when the resume asks for more frequent ones.
+  auto j = nlohmann::json::parse(read_file(run + "/config.json"));
+  j["train.checkpoint_every"] = "1000";
+  write_file_atomically(run + "/config.json", j.dump());
+  Config often = small_config(6);
+  often.train.checkpoint_every = 1;
+  Trainer again(often, o);
+  EXPECT_EQ(again.state().step, 0);
   fs::remove_all(run);
+}
+
+// The metadata checksum as the checkpoint format defines it (docs/input-validation.md): a newer
+// ctrl's file carries a valid one.
+void reseal(std::map<std::string, std::string>& m) {
+  uint32_t crc = 0;
+  for (const auto& [key, value] : m)
+    if (key != "crc32" && key != "metadata_crc32")
+      crc = crc32_of(value.c_str(), value.size() + 1, crc32_of(key.c_str(), key.size() + 1, crc));
+  m["metadata_crc32"] = std::to_string(crc);
 }
 
 TEST(BadInputCheckpoint, ANewerFormatVersionIsRefusedNotSkippedAndOverwritten) {
   const std::string run = trained_run("newer", 4);
   const std::string newest = checkpoint_path(run, 4);
-  rewrite_metadata(newest, [](std::map<std::string, std::string>& m) { m["version"] = "4"; });
+  const std::string pristine = read_file(newest);
+  // A version raised by damage (the checksum no longer matches) is damage: --resume falls back.
+  rewrite_metadata(newest, [](std::map<std::string, std::string>& m) { m["version"] = "7"; });
+  EXPECT_ERROR(Checkpoint{newest}, "step-00000004.ckpt", "metadata checksum mismatch", "format version '7'");
+  {
+    Trainer fallen_back(small_config(4), TrainerOptions{run, true, true});
+    EXPECT_EQ(fallen_back.state().step, 2);
+  }
+  fs::rename(newest + ".damaged", newest);
+  write_file_atomically(newest, pristine);
+  rewrite_metadata(newest, [](std::map<std::string, std::string>& m) {
+    m["version"] = "4";
+    reseal(m);
+  });
   const std::string bytes = read_file(newest);
   EXPECT_ERROR(Checkpoint{newest}, "step-00000004.ckpt", "format version 4 is newer than this ctrl reads");
   EXPECT_THROW(Checkpoint{newest}, CheckpointTooNew);

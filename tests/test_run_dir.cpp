@@ -302,6 +302,37 @@ TEST(RunLifecycle, TimeoutsTwoSignalsAreOneStop) {
   EXPECT_EQ(checkpoints, 1u) << err;
 }
 
+// RUN/stop asks for a checkpointed stop: when the checkpoint cannot be
+// written (a file size limit), the exit status says so and the file stays.
+TEST(RunLifecycle, AStopFileWhoseCheckpointFailsIsAnError) {
+  const std::string dir = fresh_dir("stop_file_full");
+  const pid_t pid = spawn("bash -c \"ulimit -f 64; exec " +
+                          train_command(dir, "--set train.steps=100000 --set train.checkpoint_every=100000") + "\" 2>" +
+                          dir + ".err");
+  ASSERT_TRUE(wait_until([&] { return last_logged_step(dir) >= 1; }));
+  std::ofstream(dir + "/stop").flush();
+  const int status = wait_for_exit(pid);
+  const std::string err = read_or_empty(dir + ".err");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << err;
+  EXPECT_TRUE(contains(err, "ctrl train: stopped by " + dir + "/stop after step ")) << err;
+  EXPECT_TRUE(contains(err, ", but the checkpoint could not be written either (")) << err;
+  EXPECT_TRUE(fs::exists(dir + "/stop"));
+}
+
+// A stop file left from before a start (made while nothing trained) is
+// removed with a note; it used to end the next run after one step.
+TEST(RunLifecycle, AStopFileFromBeforeTheStartIsRemoved) {
+  TrainerOptions o{fresh_dir("stale_stop"), false, true};
+  Trainer(small_config(2), o).run();
+  std::ofstream(o.run_dir + "/stop").flush();
+  o.resume = true;
+  Trainer resumed(small_config(5), o);
+  EXPECT_FALSE(fs::exists(o.run_dir + "/stop"));
+  resumed.run();
+  EXPECT_FALSE(resumed.stopped_early());
+  EXPECT_EQ(resumed.state().step, 5);
+}
+
 // A second training of the same run directory fails at once, naming the
 // holder's pid; when the first ends, the directory is free again.
 TEST(RunLifecycle, OneTrainingAtATimePerRunDirectory) {
@@ -441,9 +472,6 @@ TEST(RunLifecycle, ResumeDropsTheMetricsOfStepsAfterTheCheckpoint) {
   EXPECT_EQ(metrics_losses(o.run_dir).size(), 7u);
 }
 
-// A full disk under metrics.jsonl (here: a link to /dev/full, which fails
-// every write with ENOSPC) stops training at the step whose line failed,
-// after a checkpoint of that step, with an error.
 // The closing line's peak memory is the run's: with --quiet it once was the
 // bf16 path's start-up timing (2048^3 products), three times the run's own.
 TEST(RunLifecycle, ThePeakMemoryReportedIsTheRunsNotTheStartUpTimings) {
@@ -467,6 +495,9 @@ TEST(RunLifecycle, ThePeakMemoryReportedIsTheRunsNotTheStartUpTimings) {
   EXPECT_LT(reported_mib, logged_mib + 24) << out;  // the timing's products alone are 48 MiB
 }
 
+// A full disk under metrics.jsonl (here: a link to /dev/full, which fails
+// every write with ENOSPC) stops training at the step whose line failed,
+// after a checkpoint of that step, with an error.
 TEST(RunLifecycle, FailedMetricsWriteStopsTrainingAfterACheckpoint) {
   const Config c = small_config(7, 5);
   TrainerOptions o{fresh_dir("full"), false, true};

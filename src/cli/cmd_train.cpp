@@ -25,9 +25,10 @@ const char* kUsage =
     "newest checkpoint and reproduces the uninterrupted run's losses exactly (same thread count); it\n"
     "keeps the run's corpus and teacher (from RUN_DIR/config.json) when --data and --teacher are left out.\n"
     "SIGINT (Ctrl-C), SIGTERM or SIGHUP stops training after the current step with a checkpoint and exit\n"
-    "status 130, 143 or 129; a second signal ends it at once. So does creating the file RUN_DIR/stop (exit\n"
-    "status 0; ctrl removes it), which is how to stop a job under mpirun: mpirun kills its ranks about\n"
-    "1 s after passing Ctrl-C on, too soon for a step and a checkpoint. One training at a time may write RUN_DIR,\n"
+    "status 130, 143 or 129; a second signal ends it at once. Creating the file RUN_DIR/stop also stops it\n"
+    "after the current step with a checkpoint (exit status 0; ctrl removes the file): the way to stop a job\n"
+    "under mpirun, which kills its ranks about 1 s after passing Ctrl-C on, too soon for a step and a\n"
+    "checkpoint. One training at a time may write RUN_DIR,\n"
     "and a directory holding other files (an export, a corpus) is refused. --quiet prints no start-up,\n"
     "step or evaluation lines.\n\n"
     "Data-parallel: `mpirun -np N ctrl train ...` (add --bind-to none so each rank can use several\n"
@@ -85,12 +86,15 @@ int run(const std::vector<std::string>& argv) {
   if (args.has("distill-temperature"))
     config.train.distill_temperature = args.get_double("distill-temperature", 2, 0, 1000, true);
   // Given for this start: as flags, with --set, or in a TOML file (where they differ from the defaults).
-  bool distill_given = args.has("distill-alpha") || args.has("distill-temperature") ||
-                       config.train.distill_alpha != TrainConfig().distill_alpha ||
-                       config.train.distill_temperature != TrainConfig().distill_temperature;
-  for (const auto& s : args.all("set")) distill_given |= s.rfind("train.distill_", 0) == 0;
+  bool alpha_given = args.has("distill-alpha") || config.train.distill_alpha != TrainConfig().distill_alpha;
+  bool temperature_given =
+      args.has("distill-temperature") || config.train.distill_temperature != TrainConfig().distill_temperature;
+  for (const auto& s : args.all("set")) {
+    alpha_given |= s.rfind("train.distill_alpha=", 0) == 0;
+    temperature_given |= s.rfind("train.distill_temperature=", 0) == 0;
+  }
   // A resume may keep the run's teacher (from its config.json): the trainer checks that one exists.
-  if (distill_given && config.train.teacher.empty() && !args.has("resume"))
+  if ((alpha_given || temperature_given) && config.train.teacher.empty() && !args.has("resume"))
     fail(
         "ctrl train: --distill-alpha and --distill-temperature (train.distill_alpha, train.distill_temperature) need "
         "a teacher (--teacher CKPT)");
@@ -100,7 +104,8 @@ int run(const std::vector<std::string>& argv) {
   options.resume = args.has("resume");
   options.quiet = args.has("quiet");
   options.zero = int(args.get_int("zero", 0, 0, 1));
-  options.distill_given = distill_given;
+  options.distill_alpha_given = alpha_given;
+  options.distill_temperature_given = temperature_given;
   options.before_step = fault_from_environment();
   auto comm = make_communicator(args.get_double("timeout", 600, 0, 1e9, true));
   options.comm = comm.get();

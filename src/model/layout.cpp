@@ -206,6 +206,7 @@ ActivationLayout make_activation_layout(const ModelConfig& c, int64_t B, DType l
 }
 
 bool cuda_attention_fusion_requested() { return cuda_fused_attention_requested(); }
+int cuda_min_compute_capability() { return kCudaMinComputeCapability; }
 bool cuda_attention_fuses(const ModelConfig& c, DType low) {
   return cuda_fused_attention_shape(low, c.d_model, c.n_head);
 }

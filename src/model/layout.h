@@ -137,6 +137,9 @@ DType activation_dtype(const std::string& precision);
 // other than fused or unfused), whether they take this model at `low`, and
 // what a planned run keeps per layer (make_activation_layout's attention_saved).
 bool cuda_attention_fusion_requested();
+// The oldest GPU the CUDA backend runs on, as major x 10 + minor (75: sm_75),
+// for the planner, which does not include ops/.
+int cuda_min_compute_capability();
 bool cuda_attention_fuses(const ModelConfig& config, DType low);
 AttentionSavedBytes cuda_attention_saved(bool fused_attention);
 

@@ -13,7 +13,6 @@
 #include "core/progress.h"
 #include "core/sysinfo.h"
 #include "model/layout.h"
-#include "ops/ops.h"
 
 namespace ctrl::plan {
 
@@ -104,7 +103,8 @@ uint64_t engine_buffer_bytes(const Config& config, int64_t micro_batch) {
 // 1/64 rate on GP102). Link bandwidth is the published total of both
 // directions per GPU (NVLink aggregate, or PCIe x16). 0 marks arithmetic the
 // chip does not have. Memory is nvidia-smi's total, below the datasheet's
-// "GB" (H200: 143,771 MiB in bench/results/gpu-h200-2026-12-04.md).
+// "GB" (H200: 143,771 MiB in bench/results/gpu-h200-2026-12-04.md); where
+// drivers report two figures (A100 40 GB: 40,536 and 40,960 MiB), the lower.
 const std::vector<GpuSpec>& gpu_table() {
   static const std::vector<GpuSpec> table = {
       {"K80", 37, 12, 11441, 4.37, 0, 0, 0, 240, "PCIe 3.0 x16", 32, false,
@@ -124,9 +124,9 @@ const std::vector<GpuSpec>& gpu_table() {
        "GeForce: tensor fp16/bf16 with fp32 accumulate at half the fp16-accumulate rate (142)"},
       {"RTX-4090", 89, 24, 24564, 82.6, 82.6, 165.2, 165.2, 1008, "PCIe 4.0 x16", 64, true,
        "GeForce: tensor fp16/bf16 with fp32 accumulate (330 with fp16 accumulate); no NVLink"},
-      {"A100-40GB", 80, 40, 40960, 19.5, 156, 312, 312, 1555, "NVLink 3", 600, true, "SXM4"},
+      {"A100-40GB", 80, 40, 40536, 19.5, 156, 312, 312, 1555, "NVLink 3", 600, true, "SXM4"},
       {"A100-80GB", 80, 80, 81920, 19.5, 156, 312, 312, 2039, "NVLink 3", 600, true, "SXM4"},
-      {"A100-40GB-PCIe", 80, 40, 40960, 19.5, 156, 312, 312, 1555, "PCIe 4.0 x16", 64, true,
+      {"A100-40GB-PCIe", 80, 40, 40536, 19.5, 156, 312, 312, 1555, "PCIe 4.0 x16", 64, true,
        "PCIe card (an NVLink bridge joins two at 600 GB/s)"},
       {"A100-80GB-PCIe", 80, 80, 81920, 19.5, 156, 312, 312, 1935, "PCIe 4.0 x16", 64, true,
        "PCIe card (an NVLink bridge joins two at 600 GB/s)"},
@@ -641,10 +641,10 @@ Plan make_plan(const Request& r) {
                  (r.gpus_per_node > 1 ? ", " + g.link + ")"
                   : r.nodes > 1       ? ", 1 GPU each)"
                                       : ")");
-    if (g.compute_capability < kCudaMinComputeCapability) {
+    if (g.compute_capability < cuda_min_compute_capability()) {
       p.ctrl_runs = false;
       p.unsupported = "ctrl cannot train on " + g.name + ": it is sm_" + std::to_string(g.compute_capability) +
-                      " and ctrl's CUDA backend needs sm_" + std::to_string(kCudaMinComputeCapability) +
+                      " and ctrl's CUDA backend needs sm_" + std::to_string(cuda_min_compute_capability()) +
                       " (T4, Turing) or newer; the figures are this hardware's, for comparison";
     }
     if (cuda_attention_fusion_requested()) {

@@ -187,6 +187,14 @@ Checkpoint::Checkpoint(const std::string& path) {
   if (get("format") != kFormat) fail(path + ": not a ctrl checkpoint (format '" + get("format") + "')");
   const std::string& version_text = get("version");
   const int64_t version = parse_int_field(path, "version", version_text, 0, INT32_MAX);
+  // A newer ctrl's file is refused, never skipped (and later overwritten);
+  // but a version field that a flipped bit raised is damage: the metadata
+  // checksum, whose definition every later format keeps, tells them apart.
+  const bool metadata_intact =
+      !meta.count(kMetadataCrcKey) || std::to_string(metadata_crc(meta)) == meta.at(kMetadataCrcKey);
+  if (version > kVersion && !metadata_intact)
+    fail(path + ": metadata checksum mismatch: the checkpoint's metadata (format version '" + version_text +
+         "', config, step, ...) is corrupt or was modified");
   if (version > kVersion)
     throw CheckpointTooNew(path + ": checkpoint format version " + version_text + " is newer than this ctrl reads (" +
                            std::to_string(kOldestVersion) + " to " + std::to_string(kVersion) +
@@ -199,7 +207,7 @@ Checkpoint::Checkpoint(const std::string& path) {
   // Each checksum is checked where the version requires it and wherever it is
   // present, so a damaged version field cannot switch one off. Version 1 wrote
   // none; its fields are still range-checked below.
-  if ((version >= 2 || meta.count(kMetadataCrcKey)) && std::to_string(metadata_crc(meta)) != get(kMetadataCrcKey))
+  if ((version >= 2 && !meta.count(kMetadataCrcKey)) || !metadata_intact)
     fail(path + ": metadata checksum mismatch: the checkpoint's metadata (config, step, data position or control "
                 "codes) is corrupt or was modified");
   if ((version >= 3 || meta.count(kTensorsCrcKey)) &&

@@ -98,7 +98,8 @@ void check_teacher_shares_codes(const CheckpointContents& teacher, const Checkpo
 // `--resume` that forgot --data would go on with synthetic tokens and write
 // checkpoints of a model that knows no control codes. Rank 0 reads the file;
 // every rank takes the same settings. Notes say what was carried over.
-void inherit_run_settings(const std::string& run_dir, Config& config, bool distill_given, Communicator& comm) {
+void inherit_run_settings(const std::string& run_dir, Config& config, const TrainerOptions& given, Communicator& comm) {
+  const bool distill_given = given.distill_alpha_given || given.distill_temperature_given;
   std::string kept;
   if (comm.rank() == 0) {
     const std::string path = run_dir + "/config.json";
@@ -119,15 +120,17 @@ void inherit_run_settings(const std::string& run_dir, Config& config, bool disti
     }
     if (start && config.train.teacher.empty() && !start->train.teacher.empty()) {
       j["teacher"] = start->train.teacher;
-      j["alpha"] = distill_given ? config.train.distill_alpha : start->train.distill_alpha;
-      j["temperature"] = distill_given ? config.train.distill_temperature : start->train.distill_temperature;
+      j["alpha"] = given.distill_alpha_given ? config.train.distill_alpha : start->train.distill_alpha;
+      j["temperature"] =
+          given.distill_temperature_given ? config.train.distill_temperature : start->train.distill_temperature;
       std::fprintf(stderr, "note: --resume keeps the run's teacher %s (train.teacher in %s)%s\n",
                    start->train.teacher.c_str(), path.c_str(),
                    distill_given ? ", with the distillation settings given now" : "");
     }
     if (distill_given && config.train.teacher.empty() && !j.contains("teacher"))
-      j["error"] = "ctrl train --resume: train.distill_alpha and train.distill_temperature were given, but " + run_dir +
-                   " trained without a teacher; pass --teacher CKPT to distill";
+      j["error"] = "ctrl train --resume: train.distill_alpha or train.distill_temperature was given, but " +
+                   (start ? path + " names no teacher" : "there is no readable " + path + " to take a teacher from") +
+                   "; pass --teacher CKPT to distill";
     kept = j.dump();
   }
   uint64_t size = kept.size();
@@ -162,7 +165,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   // here would wait on each other's different calls until the timeout.
   comm_->check_identical("the use of --resume and --zero", std::string("--resume ") + (options_.resume ? "yes" : "no") +
                                                                ", --zero " + std::to_string(options_.zero));
-  if (options_.resume) inherit_run_settings(options_.run_dir, config_, options_.distill_given, *comm_);
+  if (options_.resume) inherit_run_settings(options_.run_dir, config_, options_, *comm_);
   // config.json and the checkpoints record absolute paths: a resume from another directory finds them.
   for (std::string* path : {&config_.train.data, &config_.train.teacher})
     if (!path->empty()) *path = std::filesystem::absolute(*path).lexically_normal().string();
@@ -215,7 +218,16 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
                    static_cast<long long>(config_.model.vocab_size), static_cast<long long>(unused),
                    dataset_->manifest().vocab_size, dataset_->manifest().vocab_size);
   }
-  if (writer()) run_dir_ = std::make_unique<RunDir>(options_.run_dir);  // the lock, and what killed runs left
+  if (writer()) {
+    run_dir_ = std::make_unique<RunDir>(options_.run_dir);  // the lock, and what killed runs left
+    // A stop file from before this start (made while nothing trained, or
+    // during a run's last save) would end this one after its first step.
+    if (run_dir_->stop_requested()) {
+      std::filesystem::remove(run_dir_->stop_path());
+      std::fprintf(stderr, "note: removed %s, left from before this start (create it again to stop this run)\n",
+                   run_dir_->stop_path().c_str());
+    }
+  }
   const std::unique_ptr<Checkpoint> checkpoint = checkpoint_to_resume();
   open_data(checkpoint.get());
   if (teacher) check_teacher_shares_codes(teacher->contents(), contents_, t.teacher);
@@ -245,13 +257,22 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
   const auto existing = writer() ? list_checkpoints(run) : std::vector<std::string>{};
   // A run stopped before its first checkpoint: --resume starts it again from step 0.
   const bool restart = options_.resume && writer() && existing.empty() && run_dir_->has_metrics();
-  // ... unless its metrics show steps logged after a checkpoint was saved: then
-  // the checkpoints went missing, and starting again would drop those lines.
-  const int64_t every = config_.train.checkpoint_every, logged = restart ? run_dir_->last_metrics_step() : -1;
-  if (restart && every > 0 && logged > every)
-    fail(run + ": metrics.jsonl records steps up to " + std::to_string(logged) + " but " + run +
-         "/checkpoints holds no checkpoint (deleted or moved?); --resume would start again from step 0 and drop "
-         "those lines: put the checkpoints back, or choose another --out");
+  // ... unless its metrics show steps logged after a checkpoint was saved (at
+  // the run's own checkpoint_every, from its config.json): then the
+  // checkpoints went missing, and starting again would drop those lines.
+  if (restart) {
+    int64_t every = config_.train.checkpoint_every;
+    try {
+      every = config_from_json(read_file(run + "/config.json"), run + "/config.json").train.checkpoint_every;
+    } catch (const Error&) {  // no readable config.json: this start's setting
+    }
+    const int64_t logged = run_dir_->last_metrics_step();
+    if (every > 0 && logged > every)
+      fail(run + ": metrics.jsonl records steps up to " + std::to_string(logged) +
+           ", past the first checkpoint (step " + std::to_string(every) + "), but " + run +
+           "/checkpoints holds no checkpoint (deleted or moved?); --resume would start again from step 0 and drop "
+           "those lines: put the checkpoints back, remove metrics.jsonl to start again, or choose another --out");
+  }
   if (restart)
     std::fprintf(stderr, "note: %s has no checkpoint yet; --resume starts it again from step 0\n", run.c_str());
   if (!options_.resume || !writer() || restart) {
@@ -676,12 +697,14 @@ void Trainer::stop_early(const StopRequest& stop) {
   const auto& t = config_.train;
   const std::string path = checkpoint_path(options_.run_dir, state_.step);
   std::string saved = "checkpoint " + path + " written";
+  bool saved_ok = true;
   try {
     if (writer()) run_dir_->check_still_ours();  // as save_or_stop: never into another run's directory
     if (t.checkpoint_every == 0 || state_.step % t.checkpoint_every != 0) save();
   } catch (const Error& e) {
     if (!writer()) throw;
     saved = "the checkpoint could not be written either (" + std::string(e.what()) + ")";
+    saved_ok = false;
   }
   // No rank exits before the checkpoint is written: a launcher ends the
   // whole job when one rank exits with a failure status.
@@ -695,8 +718,11 @@ void Trainer::stop_early(const StopRequest& stop) {
   stopped_by_ = stop.signal;
   stopped_early_ = true;
   if (!writer()) return;
-  if (stop.stop_file) std::filesystem::remove(run_dir_->stop_path());  // obeyed: a resume would stop again at once
   const std::string by = stop.signal ? signal_name(stop.signal) : run_dir_->stop_path();
+  if (stop.signal == 0 && !saved_ok)  // asked for a checkpointed stop, which exit status 0 would claim
+    fail("ctrl train: stopped by " + by + " after " + where + ", but " + saved + " (free space, then continue with " +
+         "--resume)");
+  if (stop.stop_file) std::filesystem::remove(run_dir_->stop_path());  // obeyed: a resume would stop again at once
   std::fprintf(stderr, "ctrl train: stopped by %s after %s; %s (continue with --resume)\n", by.c_str(), where.c_str(),
                saved.c_str());
 }

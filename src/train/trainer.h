@@ -28,10 +28,10 @@ struct TrainerOptions {
   // process. Only rank 0 writes checkpoints, metrics and the loss curve.
   Communicator* comm = nullptr;
   int zero = 0;  // 1: ZeRO-1, optimizer state sharded across ranks
-  // The config's train.distill_alpha/temperature were given for this start
-  // (flags, --set, a TOML file): a --resume that keeps the run's teacher
-  // goes on with them instead of the run's own.
-  bool distill_given = false;
+  // The config's train.distill_alpha / distill_temperature were given for
+  // this start (flags, --set, a TOML file): a --resume that keeps the run's
+  // teacher goes on with each one given instead of the run's own.
+  bool distill_alpha_given = false, distill_temperature_given = false;
   // Called on every rank before each optimizer step (numbered from 1), with
   // the rank: ctrl train's fault injection for tests (CTRL_TEST_FAULT) goes here.
   std::function<void(int64_t step, int rank)> before_step = nullptr;
