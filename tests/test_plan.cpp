@@ -525,6 +525,33 @@ TEST(Plan, CpuRanksOfAJobCarryOpenMpisMemory) {
 // warm-up steps (whose first calls carry one-off set-up) nor the bf16 probe
 // that follows them on a CPU (two models, several steps each). A GPU runs
 // bf16 natively and bench probes nothing there.
+// bench takes train.threads as train does, refuses what cannot fit as train
+// does, and runs a micro-batch larger than the config's global batch.
+TEST(Plan, BenchTakesTheThreadsAndRefusesWhatCannotFit) {
+  if (test_support::test_backend_is_gpu()) GTEST_SKIP() << "CPU threads and host memory";
+  std::string out;
+  ASSERT_EQ(run(test_support::ctrl_binary() +
+                    " bench --config tiny --steps 1 --warmup 0 --json --set train.threads=1 --set model.n_layer=1",
+                &out),
+            0)
+      << out;
+  const auto j = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(j.at("threads").get<int>(), 1);
+  EXPECT_EQ(j.at("planned_at_threads").get<int>(), 1);
+  EXPECT_EQ(
+      run(test_support::ctrl_binary() + " bench --config base --steps 1 --warmup 0 --set train.micro_batch=65536 2>&1",
+          &out),
+      1);
+  EXPECT_NE(out.find("needs "), std::string::npos) << out;
+  EXPECT_NE(out.find(" of memory at micro-batch 65536"), std::string::npos) << out;
+  EXPECT_EQ(run(test_support::ctrl_binary() +
+                    " bench --config tiny --steps 1 --warmup 0 --set model.n_layer=1 --set train.micro_batch=32 "
+                    "--set train.global_batch=16 2>&1",
+                &out),
+            0)
+      << out;
+}
+
 TEST(Plan, BenchProfileCountsOnlyTheBenchmarkSteps) {
   std::string out;
   ASSERT_EQ(run(test_support::ctrl_binary() + " bench --config tiny --steps 2 --warmup 1 --threads 1 --profile --json "
@@ -865,6 +892,10 @@ TEST(Plan, InputsThatCannotApplyAreNoted) {
   EXPECT_TRUE(has_note(plan::make_plan(r), "memory is this machine's"));
   r.config = small;
   EXPECT_FALSE(has_note(plan::make_plan(r), "measured small"));
+  j["teacher"] = "teacher.ckpt";  // measured distilling; this plan has no teacher
+  r.machine = plan::parse_machine(j.dump(), "bench.json");
+  EXPECT_TRUE(has_note(plan::make_plan(r), "bench.json was measured with a teacher, this plan has none"));
+  j.erase("teacher");
   j["device"] = "tpu";
   EXPECT_NE(test_support::error_of([&] {
               plan::parse_machine(j.dump(), "bench.json");

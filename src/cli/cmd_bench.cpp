@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "ops/profiled_ops.h"
 #include "plan/plan.h"
+#include "train/checkpoint.h"
 #include "train/synthetic_steps.h"
 
 namespace ctrl::cli {
@@ -23,6 +24,8 @@ const char* kUsage =
     "it/s, tokens/s, achieved FLOP/s and its share of this machine's measured GEMM peak (of the\n"
     "precision, --set train.precision=bf16 for mixed precision),\n"
     "peak memory (and on a GPU its peak device memory), and the CPU and thread count.\n"
+    "--threads N (train.threads) pins the CPU threads; 0 (the default) lets them adapt as in ctrl train.\n"
+    "A run that cannot fit in memory is refused before it starts, as ctrl train refuses it.\n"
     "--profile adds the time spent in each op over the timed steps (a table, or \"profile\" in --json).\n"
     "--teacher CKPT (train.teacher) times distillation steps, as ctrl train --teacher runs them: the\n"
     "teacher's forward counts in the executed FLOP/s and its memory in the planned figures.\n"
@@ -45,12 +48,20 @@ int run(const std::vector<std::string>& argv) {
   for (const auto& s : args.all("set")) apply_override(config, s);
   if (args.has("device")) apply_override(config, "train.device=" + args.get("device"));
   if (args.has("teacher")) config.train.teacher = args.get("teacher");
+  if (args.has("threads")) config.train.threads = args.get_int("threads", 0, 0, 1 << 16);
+  // A step here is one micro-batch: the global batch plays no part, so one that a
+  // larger micro-batch does not divide is not worth an error.
+  if (config.train.global_batch % config.train.micro_batch != 0) config.train.global_batch = config.train.micro_batch;
   validate(config);
   const int64_t steps = args.get_int("steps", 10, 1, 1 << 30), warmup = args.get_int("warmup", 2, 0, 1 << 30);
-  const int64_t threads = args.has("threads") ? args.get_int("threads", 0, 0, 1 << 16) : 0;
   const auto& m = config.model;
   const int64_t B = config.train.micro_batch, T = m.n_ctx;
-  auto ops = make_ops(config.train.device, int(threads));
+  auto ops = make_ops(config.train.device, int(config.train.threads));
+  {  // as ctrl train does: a run that cannot fit is refused with the figure, before anything is allocated
+    const std::optional<ModelConfig> teacher = teacher_of(config);
+    plan::check_memory(config, B, 1, plan::on_cuda(config) ? ops->device_room_bytes() : plan::available_memory_bytes(),
+                       most_cpu_threads(config.train.threads), teacher ? &*teacher : nullptr);
+  }
   if (args.has("profile")) ops = make_profiled_ops(std::move(ops));
   const bool bf16 = config.train.precision == "bf16", cpu_bf16 = bf16 && ops->gpu() < 0;
   // bf16 on a CPU: the products' path as `ctrl train` would choose it.
@@ -66,9 +77,11 @@ int run(const std::vector<std::string>& argv) {
   double seconds = 0, loss = 0;
   int64_t thread_changes = 0;
   int most_threads = ops->threads();  // the CPU run's per-thread memory grows with it
+  int timed_threads = ops->threads();  // what the last timed step ran at (adaptation may follow it)
   for (int64_t s = 0; s < warmup + steps; ++s) {
     if (s == warmup) profile_clear(*ops);  // the profile covers the timed steps only
     const auto start = std::chrono::steady_clock::now();
+    timed_threads = ops->threads();
     loss = synthetic.step();
     const std::string adapted = ops->between_steps();  // as the trainer does, inside the timing
     if (!adapted.empty()) {
@@ -87,7 +100,17 @@ int run(const std::vector<std::string>& argv) {
   const double teacher_flops_per_token = teacher ? forward_flops_per_token(*teacher_config) : 0.0;
   const double hardware_flops_per_token = train_hardware_flops_per_token(m) + teacher_flops_per_token;
   const double hardware_flops = hardware_flops_per_token * tokens_per_s;
-  const double peak = ops->measure_peak_gflops(bf16, 1.0) * 1e9;
+  // The machine's GEMM peak: at the run's threads, or at its CPUs when the run
+  // had more threads than those (oversubscribed, the measurement fell below what
+  // the CPUs do, and the steps' share rose past 100%).
+  double peak = 0;
+  if (ops->gpu() < 0 && ops->threads() > usable_cpus()) {
+    auto at_cpus = make_ops(config.train.device, usable_cpus());
+    if (cpu_bf16) at_cpus->choose_bf16_products(ops->bf16_path(), 0);
+    peak = at_cpus->measure_peak_gflops(bf16, 1.0) * 1e9;
+  } else {
+    peak = ops->measure_peak_gflops(bf16, 1.0) * 1e9;
+  }
   nlohmann::ordered_json j;
   j["config"] = config.preset;
   j["parameters"] = model.layout().count();
@@ -128,7 +151,7 @@ int run(const std::vector<std::string>& argv) {
   j["cpu"] = cpu_model();
   j["device"] = ops->name();
   if (!ops->gpu_name().empty()) j["gpu"] = ops->gpu_name();
-  j["threads"] = ops->threads();
+  j["threads"] = timed_threads;
   j["usable_cpus"] = usable_cpus();      // what a plan from this file counts the run's most threads from
   j["thread_changes"] = thread_changes;  // the CPU backend's adaptation to a shared machine
   j["openmp_wait"] = openmp_wait_setting();
@@ -163,9 +186,11 @@ int run(const std::vector<std::string>& argv) {
   if (args.has("json")) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    const std::string where = ops->gpu_name().empty()
-                                  ? std::to_string(ops->threads()) + " threads on " + cpu_model()
-                                  : ops->gpu_name() + " (" + ops->name() + ")";
+    const std::string where =
+        ops->gpu_name().empty()
+            ? std::to_string(timed_threads) + " threads on " + cpu_model() +
+                  (ops->name() == std::string("cpu") ? "" : " (" + std::string(ops->name()) + " backend)")
+            : ops->gpu_name() + " (" + ops->name() + ")";
     std::printf("%s: %.2fM parameters, micro-batch %lld x %lld tokens, %s, %s\n", config.preset.c_str(),
                 double(model.layout().count()) / 1e6, static_cast<long long>(B), static_cast<long long>(T),
                 config.train.precision.c_str(), where.c_str());

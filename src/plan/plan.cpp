@@ -257,6 +257,7 @@ MachineProfile parse_machine(const std::string& text, const std::string& where) 
     fail(where + ": key 'device': expected cpu or cuda, got '" + m.device + "'");
   if (j.contains("config") && j["config"].is_string()) m.config = j["config"].get<std::string>();
   if (j.contains("parameters")) m.parameters = uint64_t(number("parameters"));
+  if (j.contains("teacher")) m.teacher = text_of("teacher");
   if (m.device == "cuda") m.gpu = j.contains("gpu") ? text_of("gpu") : "an unnamed GPU";
   if (!(m.gemm_peak_gflops > 0) || !(m.share_of_gemm_peak > 0) || m.share_of_gemm_peak > 1.5)
     fail(where + ": gemm_peak_gflops must be positive and share_of_gemm_peak in (0, 1.5]");
@@ -592,6 +593,12 @@ Plan make_plan(const Request& r) {
                           double(p.parameters) / 1e6) +
                       "(bench this model for a calibration of its own)");
   };
+  if (calibrated && r.machine->teacher.empty() != !r.teacher)
+    p.notes.push_back(r.machine->path +
+                      (r.machine->teacher.empty() ? " was measured without a teacher, this plan has one"
+                                                  : " was measured with a teacher, this plan has none") +
+                      ": the utilisation of the teacher's products and the student's differ, so it may not carry "
+                      "over (bench what you plan: with --teacher, or without)");
   if (r.network_gbps_given && r.nodes == 1)
     p.notes.push_back("--network-gbps is the bandwidth between nodes; with one node it is not used");
   if (r.machine && !calibrated)

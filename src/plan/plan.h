@@ -143,6 +143,7 @@ struct MachineProfile {
   int64_t usable_cpus = 0;  // the CPUs it could use; 0 in files from before the field
   std::string config;       // the model it ran ("small", a TOML path); may be empty
   uint64_t parameters = 0;  // that model's parameters; 0 when the file lacks them
+  std::string teacher;      // the distillation teacher it ran with, or empty
 };
 // Reads and checks the file; one-line ctrl::Error naming the file and key otherwise.
 MachineProfile load_machine(const std::string& path);
