@@ -1057,6 +1057,10 @@ TEST(Plan, Bf16AdviceFollowsTheMeasuredStepsNotTheProducts) {
   plan::Bf16StepTimes skipped = times(2, 1, 1, 6);
   skipped.measured = false;
   EXPECT_EQ(plan::bf16_slower_advice(skipped, "widened"), "") << "no advice without a measurement";
+  plan::Bf16StepTimes distilling = times(2, 1, 6, 6);  // the probe timed the student without its teacher
+  distilling.without_teacher = true;
+  EXPECT_NE(plan::bf16_step_times_text(distilling).find("the student without its teacher's forward"),
+            std::string::npos);
 }
 
 // The probe runs real steps of the model in both precisions on the caller's

@@ -50,7 +50,10 @@ plan::Bf16StepTimes probe_bf16_steps(const Config& config, Ops& ops, double seco
   Config bf16 = config, fp32 = config;
   bf16.train.precision = "bf16";
   fp32.train.precision = "fp32";
-  bf16.train.teacher.clear(), fp32.train.teacher.clear();  // a teacher's forward is the same in both
+  // The student alone: a teacher's forward runs in the student's precision
+  // too, but two teachers more would not fit the probe's room (the text says so).
+  probe.without_teacher = !config.train.teacher.empty();
+  bf16.train.teacher.clear(), fp32.train.teacher.clear();
   // Both models' bytes at `layers` layers: every layer past the first adds the same.
   const int64_t B = config.train.micro_batch;
   auto bytes = [&](int64_t layers) {
