@@ -1057,10 +1057,6 @@ TEST(Plan, Bf16AdviceFollowsTheMeasuredStepsNotTheProducts) {
   plan::Bf16StepTimes skipped = times(2, 1, 1, 6);
   skipped.measured = false;
   EXPECT_EQ(plan::bf16_slower_advice(skipped, "widened"), "") << "no advice without a measurement";
-  plan::Bf16StepTimes distilling = times(2, 1, 6, 6);  // the probe timed the student without its teacher
-  distilling.without_teacher = true;
-  EXPECT_NE(plan::bf16_step_times_text(distilling).find("the student without its teacher's forward"),
-            std::string::npos);
 }
 
 // The probe runs real steps of the model in both precisions on the caller's
@@ -1095,5 +1091,32 @@ TEST(Plan, Bf16ProbeTimesBothPrecisionsOnWhatFits) {
   const plan::Bf16StepTimes none = probe_bf16_steps(c, *ops, 0, both(1) - 1);
   EXPECT_FALSE(none.measured);
   EXPECT_NE(none.skipped.find("cut to 1 layer need"), std::string::npos) << none.skipped;
+  // A distilling run's probe carries the teacher (its forward runs in each precision): its room counts
+  // two teachers beside the two cut students.
+  const std::string teacher_run = test_support::fresh_dir("ctrl_test", "probe_teacher");
+  std::string out;
+  ASSERT_EQ(run(test_support::ctrl_binary() + " train --config tiny --out " + teacher_run +
+                    " --set train.steps=1 --set model.n_layer=1 2>&1",
+                &out),
+            0)
+      << out;
+  Config distilling = c;
+  distilling.train.teacher = teacher_run + "/checkpoints/step-00000001.ckpt";
+  const std::optional<ModelConfig> t = teacher_of(distilling);
+  ASSERT_TRUE(t.has_value());
+  auto with_teachers = [&](int64_t layers) {
+    Config b = distilling, f = distilling;
+    b.model.n_layer = f.model.n_layer = layers;
+    f.train.precision = "fp32";
+    return plan::memory_estimate(b, 2, 1, 0, &*t).buffers() + plan::memory_estimate(f, 2, 1, 0, &*t).buffers();
+  };
+  EXPECT_GT(with_teachers(1), both(1));
+  const plan::Bf16StepTimes short_of_teachers = probe_bf16_steps(distilling, *ops, 0, with_teachers(1) - 1);
+  EXPECT_FALSE(short_of_teachers.measured);
+  EXPECT_NE(short_of_teachers.skipped.find("cut to 1 layer, each with its teacher, need"), std::string::npos)
+      << short_of_teachers.skipped;
+  const plan::Bf16StepTimes taught = probe_bf16_steps(distilling, *ops, 0, with_teachers(1));
+  ASSERT_TRUE(taught.measured) << taught.skipped;
+  EXPECT_EQ(taught.layers, 1);
   cpu::set_bf16_widened(was_widened);
 }

@@ -949,8 +949,7 @@ std::string bf16_step_times_text(const Bf16StepTimes& times, const std::string& 
                                                          : "this model cut to " + std::to_string(times.layers) +
                                                                " of its " + std::to_string(times.of_layers) + " layers";
   return fmt("a bf16 training step measured %.3f s on this CPU", times.bf16_step_s) +
-         fmt(" against fp32's %.3f s (", times.fp32_step_s) + on +
-         (times.without_teacher ? ", the student without its teacher's forward" : "") + detail + ")";
+         fmt(" against fp32's %.3f s (", times.fp32_step_s) + on + detail + ")";
 }
 
 std::string bf16_slower_advice(const Bf16StepTimes& times, const std::string& bf16_path, double bf16_seconds) {

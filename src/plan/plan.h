@@ -301,7 +301,6 @@ struct Bf16StepTimes {
   std::string skipped;  // why not measured
   int64_t layers = 0, of_layers = 0;
   double bf16_step_s = 0, fp32_step_s = 0;
-  bool without_teacher = false;  // the run distills: the probe timed the student alone
 };
 // What the probe found, the one wording `ctrl train`, `ctrl bench` and
 // `ctrl plan` share: "a bf16 training step measured 0.642 s on this CPU

@@ -45,7 +45,8 @@ class SyntheticSteps {
 // all: the products alone cannot show it where bf16 runs widened to fp32
 // products, which match fp32's speed while the step pays for the
 // conversions. The config's model at its micro-batch, a bf16 and an fp32
-// copy side by side, alternating so that drift on a shared machine hits
+// copy side by side (each with the distillation teacher when the config has
+// one, in its precision), alternating so that drift on a shared machine hits
 // both; each gets one untimed step, then timed steps until `seconds` of them
 // have passed (at least one each), and its fastest counts. The copies are
 // cut to as many layers as fit in `room_bytes` (0: a quarter of the memory
