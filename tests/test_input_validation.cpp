@@ -323,12 +323,18 @@ TEST(BadInputCheckpoint, ResumePastADamagedCheckpointKeepsWhatItWrites) {
   write_file_atomically(damaged, bytes);
   Config c = small_config(3);  // ends before the damaged step: the old rotation deleted step 3 for it
   c.train.keep_checkpoints = 1;
-  TrainerOptions o{run, true, true};
-  Trainer resumed(c, o);
-  EXPECT_EQ(resumed.state().step, 2);
-  resumed.run();
+  {
+    Trainer resumed(c, TrainerOptions{run, true, true});
+    EXPECT_EQ(resumed.state().step, 2);
+    resumed.run();
+  }
   EXPECT_EQ(list_checkpoints(run), std::vector<std::string>{checkpoint_path(run, 3)});
   EXPECT_EQ(read_file(damaged + ".damaged"), bytes);  // kept for a look, out of the way
+  // Damaged again at the same step: the first one aside stays, the second goes beside it.
+  fs::copy_file(damaged + ".damaged", damaged);
+  { Trainer again(small_config(3), TrainerOptions{run, true, true}); }
+  EXPECT_EQ(read_file(damaged + ".damaged"), bytes);
+  EXPECT_EQ(read_file(damaged + ".damaged.1"), bytes);
   // A stray checkpoint of a later step never pushes out the one just written.
   fs::copy_file(checkpoint_path(run, 3), checkpoint_path(run, 9));
   prune_checkpoints(run, 1, 3);

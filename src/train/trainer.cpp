@@ -297,12 +297,24 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
   }
   if (!checkpoint) fail(run + ": --resume given but no readable checkpoint in " + run + "/checkpoints");
   // The run goes on from an earlier step: the damaged later files move aside
-  // (kept for a look), so neither the rotation nor a later --resume counts them.
+  // (kept for a look, never over an earlier one), so a later --resume does not
+  // try them again. A file that cannot be read through (an I/O error, not
+  // damage) stays where it is: the rotation never counts files past the run's step.
   for (const std::string& path : damaged) {
+    std::ifstream whole(path, std::ios::binary);
+    std::vector<char> piece(size_t(1) << 20);
+    while (whole.read(piece.data(), std::streamsize(piece.size()))) {
+    }
+    if (!whole.eof()) {
+      std::fprintf(stderr, "ctrl: note: %s cannot be read through; left where it is\n", path.c_str());
+      continue;
+    }
+    std::string aside = path + ".damaged";
+    for (int n = 1; std::filesystem::exists(aside); ++n) aside = path + ".damaged." + std::to_string(n);
     std::error_code failed;
-    std::filesystem::rename(path, path + ".damaged", failed);
-    if (failed) fail(path + ": cannot move the damaged checkpoint aside to " + path + ".damaged: " + failed.message());
-    std::fprintf(stderr, "ctrl: note: moved it aside to %s.damaged\n", path.c_str());
+    std::filesystem::rename(path, aside, failed);
+    if (failed) fail(path + ": cannot move the damaged checkpoint aside to " + aside + ": " + failed.message());
+    std::fprintf(stderr, "ctrl: note: moved it aside to %s\n", aside.c_str());
   }
   if (const std::string differ = model_differences(checkpoint->config().model, config_.model); !differ.empty())
     fail(checkpoint->path() + ": the checkpoint's model settings differ from --config's (" + differ +
