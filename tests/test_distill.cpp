@@ -237,13 +237,18 @@ TEST(Distill, AStudentDistilledFromItselfHasZeroKlAtStepZero) {
   EXPECT_GT(kl[2], 0.0) << "after an update the student differs from the teacher";
 }
 
-TEST(Distill, ResumeWithATeacherIsBitExact) {
-  const std::string teacher = train_teacher("teacher_resume", 4);
-  Config c = tiny_config(6);
+// A one-layer student of `teacher`, weighted away from the defaults (alpha 0.7, tau 3).
+Config weighted_student(const std::string& teacher, int64_t steps) {
+  Config c = tiny_config(steps);
   c.model.n_layer = 1;
   c.train.teacher = teacher;
   c.train.distill_alpha = 0.7;
   c.train.distill_temperature = 3;
+  return c;
+}
+
+TEST(Distill, ResumeWithATeacherIsBitExact) {
+  const Config c = weighted_student(train_teacher("teacher_resume", 4), 6);
   test_support::expect_resume_bit_exact(c, 3, fresh_dir("whole"), fresh_dir("parts"), "with a teacher");
   // A resume that leaves out the teacher keeps the run's (from its config.json), weighting included.
   test_support::expect_resume_bit_exact(c, 3, fresh_dir("whole_again"), fresh_dir("parts_no_teacher"),
@@ -258,12 +263,7 @@ TEST(Distill, ResumeWithATeacherIsBitExact) {
 // given now (they were silently replaced by the run's), with the run's when
 // none are given; on a run trained without a teacher they are refused.
 TEST(Distill, AResumeKeepsTheTeacherAndTakesTheWeightingGivenNow) {
-  const std::string teacher = train_teacher("teacher_weighting", 2);
-  Config c = tiny_config(2);
-  c.model.n_layer = 1;
-  c.train.teacher = teacher;
-  c.train.distill_alpha = 0.7;
-  c.train.distill_temperature = 3;
+  const Config c = weighted_student(train_teacher("teacher_weighting", 2), 2);
   const std::string run = fresh_dir("weighting");
   Trainer(c, TrainerOptions{run, false, true}).run();
   auto setting_in_config_json = [&](const char* key) {

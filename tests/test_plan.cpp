@@ -63,6 +63,20 @@ plan::Request cpu_request(const Config& c, double memory_gib) {
 
 int run(const std::string& cmd, std::string* out) { return test_support::run_shell(cmd, out); }
 
+// A teacher's run directory: one step of `ctrl train --config CONFIG` (a
+// preset and its --set flags) on synthetic tokens, its output in *trained; a
+// test failure when training fails. Its checkpoint is dir + kTeacherCheckpoint.
+const char* const kTeacherCheckpoint = "/checkpoints/step-00000001.ckpt";
+std::string trained_teacher(const std::string& name, const std::string& config, std::string* trained) {
+  const std::string dir = test_support::fresh_dir("ctrl_test", name);
+  EXPECT_EQ(
+      run(test_support::ctrl_binary() + " train --config " + config + " --out " + dir + " --set train.steps=1 2>&1",
+          trained),
+      0)
+      << *trained;
+  return dir;
+}
+
 // Independent closed form of a CTRL model's parameters (Hugging Face
 // CTRLLMHeadModel: tied embedding, biased q/k/v/dense and FFN, two LayerNorms
 // per layer, final LayerNorm, lm_head bias).
@@ -322,14 +336,11 @@ TEST(Plan, CpuTotalPredictsThePeakMemoryOfARealRunWithin5Percent) {
   // the plan at its peak (a whole tensor's staging and the file's mapped pages),
   // and its wider products (F 4096 against the student's) once set the widened
   // bf16 scratch 18% above a plan that counted the student's alone.
-  const std::string dir = test_support::fresh_dir("ctrl_test", "plan_teacher");
   std::string trained;
-  ASSERT_EQ(run(test_support::ctrl_binary() + " train --config small --out " + dir +
-                    " --set train.steps=1 --set model.n_layer=8 --set model.d_ff=4096 2>&1",
-                &trained),
-            0)
-      << trained;
-  const std::string teacher = " --teacher " + dir + "/checkpoints/step-00000001.ckpt";
+  const std::string dir =
+      trained_teacher("plan_teacher", "small --set model.n_layer=8 --set model.d_ff=4096", &trained);
+  ASSERT_FALSE(HasFailure());
+  const std::string teacher = " --teacher " + dir + kTeacherCheckpoint;
   struct Case {
     const char* precision;
     std::string extra;
@@ -1077,11 +1088,11 @@ TEST(Plan, Bf16ProbeTimesBothPrecisionsOnWhatFits) {
   EXPECT_GT(whole.fp32_step_s, 0);
   EXPECT_EQ(ops->bf16_path(), path);
   // Room for both copies at 2 layers, not 3: cut to 2.
-  auto both = [&](int64_t layers) {
+  auto both = [&](int64_t layers, const ModelConfig* teacher = nullptr) {
     Config b = c, f = c;
     b.model.n_layer = f.model.n_layer = layers;
     f.train.precision = "fp32";
-    return plan::memory_estimate(b, 2, 1, 0).buffers() + plan::memory_estimate(f, 2, 1, 0).buffers();
+    return plan::memory_estimate(b, 2, 1, 0, teacher).buffers() + plan::memory_estimate(f, 2, 1, 0, teacher).buffers();
   };
   const plan::Bf16StepTimes cut = probe_bf16_steps(c, *ops, 0, (both(2) + both(3)) / 2);
   ASSERT_TRUE(cut.measured) << cut.skipped;
@@ -1093,23 +1104,14 @@ TEST(Plan, Bf16ProbeTimesBothPrecisionsOnWhatFits) {
   EXPECT_NE(none.skipped.find("cut to 1 layer need"), std::string::npos) << none.skipped;
   // A distilling run's probe carries the teacher (its forward runs in each precision): its room counts
   // two teachers beside the two cut students.
-  const std::string teacher_run = test_support::fresh_dir("ctrl_test", "probe_teacher");
-  std::string out;
-  ASSERT_EQ(run(test_support::ctrl_binary() + " train --config tiny --out " + teacher_run +
-                    " --set train.steps=1 --set model.n_layer=1 2>&1",
-                &out),
-            0)
-      << out;
   Config distilling = c;
-  distilling.train.teacher = teacher_run + "/checkpoints/step-00000001.ckpt";
+  std::string trained;
+  distilling.train.teacher =
+      trained_teacher("probe_teacher", "tiny --set model.n_layer=1", &trained) + kTeacherCheckpoint;
+  ASSERT_FALSE(HasFailure());
   const std::optional<ModelConfig> t = teacher_of(distilling);
   ASSERT_TRUE(t.has_value());
-  auto with_teachers = [&](int64_t layers) {
-    Config b = distilling, f = distilling;
-    b.model.n_layer = f.model.n_layer = layers;
-    f.train.precision = "fp32";
-    return plan::memory_estimate(b, 2, 1, 0, &*t).buffers() + plan::memory_estimate(f, 2, 1, 0, &*t).buffers();
-  };
+  auto with_teachers = [&](int64_t layers) { return both(layers, &*t); };
   EXPECT_GT(with_teachers(1), both(1));
   const plan::Bf16StepTimes short_of_teachers = probe_bf16_steps(distilling, *ops, 0, with_teachers(1) - 1);
   EXPECT_FALSE(short_of_teachers.measured);

@@ -98,20 +98,29 @@ void check_teacher_shares_codes(const CheckpointContents& teacher, const Checkpo
 // `--resume` that forgot --data would go on with synthetic tokens and write
 // checkpoints of a model that knows no control codes. Rank 0 reads the file;
 // every rank takes the same settings. Notes say what was carried over.
+// The settings a run directory's config.json records (its last start's), or
+// none: no file, or one that cannot be read (`error` says why).
+std::optional<Config> run_config(const std::string& run_dir, std::string* error = nullptr) {
+  const std::string path = run_dir + "/config.json";
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  try {
+    return config_from_json(read_file(path), path);
+  } catch (const Error& e) {
+    if (error) *error = e.what();
+    return std::nullopt;
+  }
+}
+
 void inherit_run_settings(const std::string& run_dir, Config& config, const TrainerOptions& given, Communicator& comm) {
   const bool distill_given = given.distill_alpha_given || given.distill_temperature_given;
   std::string kept;
   if (comm.rank() == 0) {
     const std::string path = run_dir + "/config.json";
-    std::optional<Config> start;
-    if (std::filesystem::exists(path)) {
-      try {
-        start = config_from_json(read_file(path), path);
-      } catch (const Error& e) {
-        std::fprintf(stderr, "ctrl: warning: --resume cannot read %s (%s): nothing is carried over from it\n",
-                     path.c_str(), e.what());
-      }
-    }
+    std::string unreadable;
+    const std::optional<Config> start = run_config(run_dir, &unreadable);
+    if (!unreadable.empty())
+      std::fprintf(stderr, "ctrl: warning: --resume cannot read %s (%s): nothing is carried over from it\n",
+                   path.c_str(), unreadable.c_str());
     nlohmann::json j = nlohmann::json::object();
     if (start && config.train.data.empty() && !start->train.data.empty()) {
       j["data"] = start->train.data;
@@ -261,11 +270,8 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
   // the run's own checkpoint_every, from its config.json): then the
   // checkpoints went missing, and starting again would drop those lines.
   if (restart) {
-    int64_t every = config_.train.checkpoint_every;
-    try {
-      every = config_from_json(read_file(run + "/config.json"), run + "/config.json").train.checkpoint_every;
-    } catch (const Error&) {  // no readable config.json: this start's setting
-    }
+    const std::optional<Config> start = run_config(run);  // none readable: this start's setting
+    const int64_t every = start ? start->train.checkpoint_every : config_.train.checkpoint_every;
     const int64_t logged = run_dir_->last_metrics_step();
     if (every > 0 && logged > every)
       fail(run + ": metrics.jsonl records steps up to " + std::to_string(logged) +
