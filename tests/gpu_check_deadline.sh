@@ -26,8 +26,21 @@ fail() { echo "gpu_check_deadline: $*"; cat "$tmp/log"; exit 1; }
 [[ -f $results ]] || fail "no results.md"
 grep -q '^| machine | ok' "$results" || fail "the machine phase did not pass with the stand-in ctrl"
 grep -q '^| ops | TIMEOUT' "$results" || fail "the op phase was not cut by the deadline"
-for phase in ops_without_cublaslt suite_train suite_mixed suite_hf suite_grad bench_tiny_fp32 bench_base_bf16 profile_medium_bf16 products_medium_bf16 peer_bf16 peer_fp16; do
+# A timed-out op phase is not rerun without cuBLASLt (the slower rerun would only time out again).
+grep -q '^| ops_without_cublaslt' "$results" && fail "a timed-out op phase was rerun"
+for phase in suite_train suite_mixed suite_hf suite_grad bench_tiny_fp32 bench_base_bf16 profile_medium_bf16 suite_fused products_medium_bf16 peer_bf16 peer_fp16; do
   grep -q "^| $phase | SKIPPED" "$results" || fail "phase $phase not recorded as SKIPPED"
 done
 (( took <= 40 )) || fail "took ${took}s with DEADLINE=25"
-echo "gpu_check_deadline: ok in ${took}s"
+
+# A bundle that needs cuBLASLt on a machine without it: the tests run, and
+# no timed phase is started only to run into its timeout.
+printf '#!/bin/sh\nexit 0\n' >"$tmp/bundle/bin/ctrl_tests"
+echo "libcublasLt.so.99" >"$tmp/bundle/nvidia-libs.txt"
+tar -C "$tmp/bundle" -cJf "$tmp/bundle.tar.xz" .
+OUT="$tmp/out2" DEADLINE=60 bash "$repo/scripts/gpu_check.sh" "$tmp/bundle.tar.xz" >"$tmp/log" 2>&1 || true
+results="$tmp/out2/results.md"
+grep -q '^| cublaslt | FAIL' "$results" || fail "a missing cuBLASLt was not reported"
+grep -q '^| suite_grad | ok' "$results" || fail "the tests did not run without cuBLASLt"
+grep -q '^| bench_' "$results" && fail "timed phases ran without cuBLASLt"
+echo "gpu_check_deadline: ok in ${took}s; without cuBLASLt only the tests ran"

@@ -271,14 +271,4 @@ TEST(Generator, IdsPastTheTokenizersVocabularyAreNeverChosen) {
   EXPECT_TRUE(past);
 }
 
-// Streamed text holds back a character still being spelled in byte pieces
-// (it decodes as U+FFFD until complete), so nothing printed is ever wrong.
-TEST(Generator, StreamedTextHoldsBackAnIncompleteCharacter) {
-  const std::string fffd = "\xEF\xBF\xBD";
-  EXPECT_EQ(printable_length("東京" + fffd + fffd, false), std::string("東京").size());
-  EXPECT_EQ(printable_length("東京" + fffd, true), std::string("東京").size() + 3);
-  EXPECT_EQ(printable_length("東京あ", false), std::string("東京あ").size());
-  EXPECT_EQ(printable_length(fffd, false), 0u);
-}
-
 }  // namespace

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <random>
 #include <regex>
 
 #include "core/error.h"
@@ -86,6 +87,49 @@ TEST_F(TokenizerTest, RoundTripsJapaneseAndUnseenText) {
   EXPECT_LT(t.encode("私はゆっくり本を読みました。").size(), 10u);
   // encode() cleans (NFKC) first: half-width katakana maps to the full-width tokens.
   EXPECT_EQ(t.encode("ｺｰﾋｰ"), t.encode_clean("コーヒー"));
+}
+
+// Streamed text holds back a character still being spelled in byte pieces
+// (it decodes as U+FFFD until complete), so nothing printed is ever wrong.
+TEST(TextStream, HoldsBackAnIncompleteCharacter) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(printable_length("東京" + fffd + fffd, false), std::string("東京").size());
+  EXPECT_EQ(printable_length("東京" + fffd, true), std::string("東京").size() + 3);
+  EXPECT_EQ(printable_length("東京あ", false), std::string("東京あ").size());
+  EXPECT_EQ(printable_length(fffd, false), 0u);
+}
+
+// A stream of any ids, byte pieces (whole characters, cut ones, stray
+// bytes), spaces, newlines and control pieces among them, returns exactly the
+// whole sequence's decode(), and after each token a prefix of the decode() so far.
+TEST_F(TokenizerTest, StreamedTextIsTheWholeSequencesDecode) {
+  const Tokenizer t = Tokenizer::load(model_path());
+  std::vector<int32_t> bytes, words;
+  for (int32_t id = 0; id < int32_t(t.vocab_size()); ++id)
+    (t.id_to_piece(id).rfind("<0x", 0) == 0 ? bytes : words).push_back(id);
+  ASSERT_EQ(bytes.size(), 256u);
+  const std::vector<std::vector<int32_t>> fixed = {
+      t.encode_clean("猫が 毎日\n 先生 🍣 と 鬱"), t.encode_clean(" 先頭の空白と末尾の空白 "),
+      {bytes[0xE3], bytes[0x81], bytes[0x82], bytes[0x81]},  // あ, then a stray continuation byte
+      {bytes[0xF0], bytes[0xE3], words[5], bytes[0xE3], bytes[0x81]}};  // cut characters, one at the end
+  std::mt19937 rng(7);
+  std::vector<std::vector<int32_t>> sequences = fixed;
+  for (int n = 0; n < 300; ++n) {
+    std::vector<int32_t> ids(1 + rng() % 40);
+    for (auto& id : ids) id = rng() % 2 ? bytes[0x80 + rng() % 0x80] : words[rng() % words.size()];
+    sequences.push_back(ids);
+  }
+  for (const auto& ids : sequences) {
+    TextStream stream(t);
+    std::string out;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      out += stream.push(ids[i]);
+      const std::string so_far = t.decode(std::vector<int32_t>(ids.begin(), ids.begin() + i + 1));
+      ASSERT_EQ(so_far.compare(0, out.size(), out), 0) << "after token " << i << ": " << out;
+    }
+    out += stream.finish();
+    ASSERT_EQ(out, t.decode(ids));
+  }
 }
 
 // A long document is encoded line by line: the same text back, never a worse

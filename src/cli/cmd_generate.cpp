@@ -40,16 +40,6 @@ void flush_output() {
     fail(std::string("ctrl generate: writing the output failed: ") + std::strerror(errno ? errno : EIO));
 }
 
-// Prints what `text` (the decoded sequence so far) adds to `shown` and returns
-// what is now shown: the output is exactly the decoded sequence, with a
-// character still being spelled in byte pieces held back (printable_length).
-std::string print_new_text(const std::string& text, const std::string& shown, bool at_end) {
-  const size_t stable = printable_length(text, at_end);
-  if (stable <= shown.size() || text.compare(0, shown.size(), shown) != 0) return shown;
-  std::printf("%s", text.substr(shown.size(), stable - shown.size()).c_str());
-  return text.substr(0, stable);
-}
-
 int run(const std::vector<std::string>& argv) {
   Args args("generate", kUsage);
   for (const char* f : {"model", "control", "prompt", "max-tokens", "temperature", "penalty", "top-k", "top-p", "seed"})
@@ -114,22 +104,19 @@ int run(const std::vector<std::string>& argv) {
   for (int32_t t : history) logits = gen.feed(t);
   const size_t first_new = history.size();
   // The prompt (after the control code), then each new token as it comes; as ids or as text.
-  std::string shown;
-  if (print_ids)
-    for (size_t i = 1; i < history.size(); ++i) shown += (i > 1 ? " " : "") + std::to_string(history[i]);
-  else
-    shown = tokenizer->decode(std::vector<int32_t>(history.begin() + 1, history.end()));
-  std::printf("%s", shown.c_str());
+  std::optional<TextStream> text;
+  if (!print_ids) text.emplace(*tokenizer);
+  auto show = [&](size_t i) {  // history[i], the i-th token after the control code
+    const std::string s = print_ids ? (i > 1 ? " " : "") + std::to_string(history[i]) : text->push(history[i]);
+    std::fwrite(s.data(), 1, s.size(), stdout);
+  };
+  for (size_t i = 1; i < history.size(); ++i) show(i);
   bool context_full = false;
   for (int64_t i = 0; i < max_tokens; ++i) {
     const int32_t next = sample_next(logits, history, o, rng);
     if (next == eos) break;
     history.push_back(next);
-    if (print_ids) {
-      std::printf("%s%d", history.size() > 2 ? " " : "", next);
-    } else {
-      shown = print_new_text(tokenizer->decode(std::vector<int32_t>(history.begin() + 1, history.end())), shown, false);
-    }
+    show(history.size() - 1);
     flush_output();
     if (gen.position() >= n_ctx) {
       context_full = true;
@@ -137,8 +124,10 @@ int run(const std::vector<std::string>& argv) {
     }
     logits = gen.feed(next);
   }
-  if (!print_ids)  // what was held back: a character that never completed
-    print_new_text(tokenizer->decode(std::vector<int32_t>(history.begin() + 1, history.end())), shown, true);
+  if (text) {  // what was held back: a character that never completed
+    const std::string rest = text->finish();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+  }
   std::printf("\n");
   flush_output();  // the text ends its line before the notes on stderr
   if (context_full)

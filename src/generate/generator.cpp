@@ -9,15 +9,6 @@
 
 namespace ctrl {
 
-size_t printable_length(const std::string& decoded, bool at_end) {
-  static const std::string kReplacement = "\xEF\xBF\xBD";
-  size_t n = decoded.size();
-  while (!at_end && n >= kReplacement.size() &&
-         decoded.compare(n - kReplacement.size(), kReplacement.size(), kReplacement) == 0)
-    n -= kReplacement.size();
-  return n;
-}
-
 int32_t sample_next(std::vector<float> logits, const std::vector<int32_t>& history, const SamplingOptions& o,
                     CounterRng& rng) {
   if (o.vocabulary > 0 && size_t(o.vocabulary) < logits.size()) logits.resize(size_t(o.vocabulary));

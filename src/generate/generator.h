@@ -50,11 +50,6 @@ class Generator {
   std::vector<float> logits_;
 };
 
-// How much of a sequence decoded so far may be printed: all but its trailing
-// U+FFFD, which is how a character still being spelled in byte pieces
-// (<0xE3><0x81>...) decodes until its last byte comes; at the end, all.
-size_t printable_length(const std::string& decoded, bool at_end);
-
 // Chooses the next token from logits given the tokens so far (penalized).
 int32_t sample_next(std::vector<float> logits, const std::vector<int32_t>& history, const SamplingOptions& options,
                     CounterRng& rng);

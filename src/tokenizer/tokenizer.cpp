@@ -6,6 +6,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <regex>
 #include <unordered_map>
@@ -265,5 +266,40 @@ bool Tokenizer::is_special(int32_t id) const {
   return sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsByte(id) || sp_->IsUnused(id);
 }
 uint32_t Tokenizer::vocab_size() const { return uint32_t(sp_->GetPieceSize()); }
+
+size_t printable_length(const std::string& decoded, bool at_end) {
+  static const std::string kReplacement = "\xEF\xBF\xBD";
+  size_t n = decoded.size();
+  while (!at_end && n >= kReplacement.size() &&
+         decoded.compare(n - kReplacement.size(), kReplacement.size(), kReplacement) == 0)
+    n -= kReplacement.size();
+  return n;
+}
+
+// Text decoded from a point where it was complete is the whole text's
+// continuation there: no piece's text depends on the pieces before that point
+// (no dummy prefix to strip, and byte pieces only join the bytes of one
+// unfinished character). The tests check this against decode() of the whole.
+std::string TextStream::push(int32_t id) {
+  pending_.push_back(id);
+  const std::string text = tokenizer_.decode(pending_);
+  const size_t printable = printable_length(text, false);
+  std::string added = printable > returned_ ? text.substr(returned_, printable - returned_) : std::string();
+  if (printable == text.size()) {
+    pending_.clear();
+    returned_ = 0;
+  } else {
+    returned_ = std::max(returned_, printable);
+  }
+  return added;
+}
+
+std::string TextStream::finish() {
+  const std::string text = tokenizer_.decode(pending_);
+  std::string rest = text.size() > returned_ ? text.substr(returned_) : std::string();
+  pending_.clear();
+  returned_ = 0;
+  return rest;
+}
 
 }  // namespace ctrl

@@ -125,4 +125,27 @@ class Tokenizer {
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
 };
 
+// The text of a growing token sequence, streamed: push() returns what each new
+// token adds and finish() what was held back, so that all returns together are
+// decode() of the whole sequence. A character still being spelled in byte pieces
+// (<0xE3><0x81>...) decodes as U+FFFD until its last byte comes and is held
+// back until then, so nothing returned is ever taken back. Only the tokens
+// since the text was last complete are decoded again, so n tokens cost O(n)
+// decoding, not the O(n^2) of decoding the whole sequence per token.
+class TextStream {
+ public:
+  explicit TextStream(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  std::string push(int32_t id);
+  std::string finish();
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::vector<int32_t> pending_;  // the tokens since the text was last complete
+  size_t returned_ = 0;           // bytes of decode(pending_) already returned
+};
+
+// How much of a sequence decoded so far may be printed: all but its trailing
+// U+FFFD (a character whose byte pieces have not all come); at the end, all.
+size_t printable_length(const std::string& decoded, bool at_end);
+
 }  // namespace ctrl
