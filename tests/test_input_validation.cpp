@@ -2,6 +2,7 @@
 // line naming the file and field, or handled, instead of crashing or being
 // silently used. docs/input-validation.md lists each check and its test here.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -802,6 +803,42 @@ TEST(BadInputPrepare, ALongLineIsEncodedWholeAndTrainedOnWhole) {
   const auto ids = tok.encode_clean(line);
   EXPECT_EQ(tok.decode(ids), line);
   fs::remove_all(dir);
+}
+
+// A checkpoint that cannot be opened at this moment (too many open files,
+// no permission, not a file) is not damage: --resume stops with the reason
+// instead of going back past it and moving it aside.
+TEST(BadInputCheckpoint, ACheckpointThatCannotBeOpenedIsNotTreatedAsDamaged) {
+  const std::string run = trained_run("unopenable", 4);
+  const std::string newest = checkpoint_path(run, 4);
+  {  // every descriptor taken: the open fails with EMFILE
+    rlimit saved;
+    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    rlimit none = saved;
+    none.rlim_cur = 0;
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &none), 0);
+    bool unreadable = false;
+    std::string what;
+    try {
+      Checkpoint c(newest);
+    } catch (const FileUnreadable& e) {
+      unreadable = true;
+      what = e.what();
+    } catch (const Error&) {
+    }
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+    EXPECT_TRUE(unreadable);
+    EXPECT_NE(what.find("Too many open files"), std::string::npos) << what;
+  }
+  const std::string bytes = read_file(newest);
+  fs::rename(newest, newest + ".aside");
+  fs::create_directory(newest);  // opens, but cannot be mapped
+  TrainerOptions o{run, true, true};
+  EXPECT_ERROR(Trainer(small_config(6), o), "step-00000004.ckpt: cannot map", "nothing was moved");
+  EXPECT_TRUE(fs::is_directory(newest));
+  EXPECT_FALSE(fs::exists(newest + ".damaged"));
+  EXPECT_EQ(list_checkpoints(run).size(), 2u);
+  fs::remove_all(run);
 }
 
 }  // namespace

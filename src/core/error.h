@@ -18,6 +18,13 @@ struct Error : std::runtime_error {
 
 [[noreturn]] inline void fail(const std::string& message) { throw Error(message); }
 
+// A file that could not be opened or mapped (too many open files, no
+// permission, out of memory): a fact about this moment, not about the file's
+// contents, so a caller that would set damaged files aside must not do so.
+struct FileUnreadable : Error {
+  using Error::Error;
+};
+
 // A failed write to `path`, with the system's reason (errno, as the failing
 // fwrite/fclose left it): "No space left on device", "File too large", ...
 [[noreturn]] inline void fail_write(const std::string& path) {

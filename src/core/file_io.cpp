@@ -69,18 +69,20 @@ std::string read_file(const std::string& path) {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   const int fd = open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail(path + ": cannot open: " + std::strerror(errno));
+  if (fd < 0) throw FileUnreadable(path + ": cannot open: " + std::strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0) {
+    const int e = errno;
     close(fd);
-    fail(path + ": cannot stat: " + std::strerror(errno));
+    throw FileUnreadable(path + ": cannot stat: " + std::strerror(e));
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {
     void* p = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
+      const int e = errno;
       close(fd);
-      fail(path + ": cannot map: " + std::strerror(errno));
+      throw FileUnreadable(path + ": cannot map: " + std::strerror(e));
     }
     data_ = static_cast<const uint8_t*>(p);
   }

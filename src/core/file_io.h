@@ -26,7 +26,8 @@ void commit_temporary(std::FILE* f, const std::string& tmp, const std::string& p
 // Whole file into memory; throws ctrl::Error naming the path if unreadable.
 std::string read_file(const std::string& path);
 
-// A read-only memory map of a whole file. Empty files map to size 0.
+// A read-only memory map of a whole file. Empty files map to size 0. A file
+// that cannot be opened, stat'ed or mapped throws FileUnreadable.
 class MappedFile {
  public:
   MappedFile() = default;

@@ -296,6 +296,9 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
       checkpoint = std::make_unique<Checkpoint>(*it);
     } catch (const CheckpointTooNew&) {
       throw;  // never train over (and then prune) a newer ctrl's run
+    } catch (const FileUnreadable& e) {  // not damage: falling back would train over a good checkpoint
+      fail(std::string(e.what()) + "; --resume stops here rather than go back past it (nothing was moved): " +
+           "resume again once it can be opened");
     } catch (const Error& e) {
       std::fprintf(stderr, "ctrl: warning: skipping %s\n", e.what());
       damaged.push_back(*it);
