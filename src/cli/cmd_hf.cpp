@@ -17,7 +17,8 @@ const char* kExportUsage =
     "usage: ctrl export hf --model CKPT --out DIR\n\n"
     "Writes DIR/config.json and DIR/model.safetensors, loadable with transformers'\n"
     "CTRLLMHeadModel.from_pretrained(DIR). The control codes go into config.json as \"control_codes\",\n"
-    "and the checkpoint's SentencePiece model (if it has one) to DIR/tokenizer.model.\n";
+    "and the checkpoint's SentencePiece model (if it has one) to DIR/tokenizer.model.\n"
+    "Shared layers (model.sharing) are written unrolled; a factorized embedding cannot be exported.\n";
 const char* kImportUsage =
     "usage: ctrl import hf --in DIR --out CKPT [--control NAME=ID]... [--tokenizer FILE.model]\n\n"
     "Reads a CTRLLMHeadModel directory (config.json + model.safetensors or its shards with\n"

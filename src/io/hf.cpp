@@ -61,15 +61,23 @@ void write_directory_atomically(std::string dir, const std::function<void(const 
 void export_hf(const std::string& checkpoint_path, const std::string& dir) {
   Checkpoint ckpt(checkpoint_path);
   const ModelConfig& m = ckpt.config().model;
-  // Hugging Face's CTRL has one set of parameters per layer and a D-wide tied embedding.
-  if (m.sharing != "none" || m.embedding_dim > 0)
-    fail(checkpoint_path + ": cannot export to Hugging Face CTRL: this model has " +
-         (m.sharing != "none"
-              ? "cross-layer sharing (model.sharing=" + m.sharing + ")"
-              : "a factorized embedding (model.embedding_dim=" + std::to_string(m.embedding_dim) + ")") +
-         ", which Hugging Face's CTRL has not; only models with model.sharing=none and model.embedding_dim=0 "
-         "can be exported");
-  const ParamLayout layout = make_param_layout(m);
+  // Hugging Face's CTRL has one set of parameters per layer and a D-wide tied
+  // embedding. Shared layers are written unrolled, each layer with the tensors
+  // its shared block holds: the same function (n_layer times the block's
+  // size on disk). A factorized embedding has no equal there (its positions
+  // are E-wide and projected; the head is tied to the narrow table).
+  if (m.embedding_dim > 0)
+    fail(checkpoint_path + ": cannot export to Hugging Face CTRL: this model has a factorized embedding "
+         "(model.embedding_dim=" + std::to_string(m.embedding_dim) +
+         "), which Hugging Face's CTRL has not (its embedding is d_model wide, with fixed d_model-wide positions)");
+  ModelConfig unrolled = m;
+  unrolled.sharing = "none";
+  const ParamLayout layout = make_param_layout(unrolled);
+  auto stored_name = [&m](const ParamTensor& t) {
+    return t.layer < 0 ? t.name
+                       : layer_param_name(m, t.layer, t.name.substr(("transformer.h." + std::to_string(t.layer) + ".").size()));
+  };
+  const ParamLayout stored = make_param_layout(m);
   nlohmann::ordered_json config = {
       {"architectures", {"CTRLLMHeadModel"}},
       {"model_type", "ctrl"},
@@ -95,10 +103,12 @@ void export_hf(const std::string& checkpoint_path, const std::string& dir) {
   }
   // Tensor by tensor from the checkpoint's mapping to the new file: no model, no copy of the weights.
   SafetensorsWriter w;
-  for (const auto& t : layout.tensors)
-    w.add_streamed(t.name, DType::F32, t.shape, [&ckpt, &t](const SafetensorsWriter::Emit& emit) {
-      emit(ckpt.parameter(t), t.numel * sizeof(float));
+  for (const auto& t : layout.tensors) {
+    const ParamTensor& from = stored.get(stored_name(t));
+    w.add_streamed(t.name, DType::F32, t.shape, [&ckpt, &from](const SafetensorsWriter::Emit& emit) {
+      emit(ckpt.parameter(from), from.numel * sizeof(float));
     });
+  }
   w.set_metadata("format", "pt");
   write_directory_atomically(dir, [&](const std::string& tmp) {
     w.write(tmp + "/model.safetensors");
