@@ -16,8 +16,12 @@ STEPS="${STEPS:-600}"
 if [ ! -f "$DATA/manifest.json" ]; then
   build/ctrl prepare --out "$DATA"
 fi
+# An interrupted run goes on: from its newest checkpoint, or from step 0 when it
+# was killed before its first (its metrics.jsonl is there, no checkpoint yet).
 resume=()
-[ -d "$RUN/checkpoints" ] && [ -n "$(ls -A "$RUN/checkpoints" 2>/dev/null)" ] && resume=(--resume)
+if [ -f "$RUN/metrics.jsonl" ] || [ -n "$(ls -A "$RUN/checkpoints" 2>/dev/null)" ]; then
+  resume=(--resume)
+fi
 build/ctrl train --config tiny --data "$DATA" --out "$RUN" --set train.steps="$STEPS" "${resume[@]}"
 ckpt=$(ls "$RUN"/checkpoints/step-*.ckpt | sort -V | tail -n 1)
 codes=$(python3 -c "import json,sys; print(' '.join(c['name'] for c in json.load(open(sys.argv[1]))['codes']))" "$DATA/manifest.json")

@@ -424,7 +424,11 @@ TEST(Distill, RefusesATeacherThatSharesNeitherTokensNorCodes) {
   test_support::write_two_code_corpus(data, std::vector<uint32_t>(200, 7), std::vector<uint32_t>(200, 9), 64);
   c = tiny_config(1);
   c.train.data = data;
-  EXPECT_NE(message(c).find("student and teacher must share the control codes"), std::string::npos) << message(c);
+  c.train.teacher = teacher;
+  const std::string student = fresh_dir("student");
+  const std::string codes = test_support::error_of([&] { Trainer(c, TrainerOptions{student, false, true}); });
+  EXPECT_NE(codes.find("student and teacher must share the control codes"), std::string::npos) << codes;
+  EXPECT_FALSE(std::filesystem::exists(student)) << "a refused teacher left a run directory";
   // The command line: distillation settings without a teacher.
   for (const char* setting : {" --distill-alpha 0.3", " --set train.distill_temperature=5"}) {
     std::string out;

@@ -68,9 +68,21 @@ TEST(BadInputCli, EveryCommandHasHelp) {
     std::string help;
     EXPECT_EQ(ctrl_cli(command + " --help", &help), 0) << command << ": " << help;
     EXPECT_EQ(help.rfind("usage: ctrl " + command, 0), 0u) << command << ": " << help;
+    std::string same;  // `ctrl help COMMAND` is `ctrl COMMAND --help`
+    EXPECT_EQ(ctrl_cli("help " + command, &same), 0) << command;
+    EXPECT_EQ(same, help) << command;
     ++commands;
   }
   EXPECT_GE(commands, 8);
+  // An unknown command or format: one line that names what there is, usage status 2 or 1.
+  std::string unknown;
+  EXPECT_EQ(ctrl_cli("nosuch", &unknown), 2);
+  EXPECT_NE(unknown.find("unknown command 'nosuch' (commands: bench, eval, export, generate,"), std::string::npos)
+      << unknown;
+  EXPECT_EQ(ctrl_cli("export onnx --model m --out d", &unknown), 1);
+  EXPECT_NE(unknown.find("ctrl export: unknown format 'onnx' (ctrl knows hf"), std::string::npos) << unknown;
+  EXPECT_EQ(ctrl_cli("generate --model /nonexistent", &unknown), 1);  // the missing flag first, not the model
+  EXPECT_NE(unknown.find("missing --control"), std::string::npos) << unknown;
 }
 
 // ---------------------------------------------------------------- crashes

@@ -168,7 +168,7 @@ TEST(ThreadAdapter, KeepsToTheFreeCpusWhenOversubscribingWinsNoCpuTime) {
         EXPECT_EQ(a.current(), 16);
         continue;
       }
-      EXPECT_NE(note.find("1 threads instead of 16: at 16 threads ours ran 0.99 of the 2 CPUs"), std::string::npos)
+      EXPECT_NE(note.find("1 thread instead of 16: at 16 threads ours ran 0.99 of the 2 CPUs"), std::string::npos)
           << note;
       EXPECT_EQ(omp_get_max_threads(), 1);
       EXPECT_FALSE(gemm_tiled());
@@ -233,7 +233,7 @@ TEST(ThreadAdapter, ChecksANewCountAfterTwoSecondsNotTheInterval) {
   ran = 0.99, waited = 6.2;
   EXPECT_EQ(a.between_steps(), "");  // not 2 s yet
   std::this_thread::sleep_for(std::chrono::milliseconds(2050));
-  EXPECT_NE(a.between_steps().find("1 threads instead of 16"), std::string::npos);
+  EXPECT_NE(a.between_steps().find("1 thread instead of 16"), std::string::npos);
   std::this_thread::sleep_for(std::chrono::milliseconds(2050));
   ran = 0.99, waited = 0.01;
   EXPECT_EQ(a.between_steps(), "");  // checked after 2 s: unchanged, so the next waits for the interval
@@ -284,7 +284,7 @@ TEST(ThreadAdapter, TokensMoveByTheirOwnTimesAndComeBack) {
   // A taken core: one-row decoding at 2 threads 10x slower.
   auto notes = decode(a, {{2, 0.100}, {1, 0.010}}, 200);
   ASSERT_EQ(notes.size(), 1u);
-  EXPECT_NE(notes[0].find("1 threads instead of 2: their tokens ran 10.0x faster"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("1 thread instead of 2: their tokens ran 10.0x faster"), std::string::npos) << notes[0];
   EXPECT_EQ(a.current(), 1);
   // Free again: back to 2 at the next probe, and the count outside a probe is the chosen one.
   notes = decode(a, {{2, 0.005}, {1, 0.010}}, 200);

@@ -62,10 +62,10 @@ int run(const std::vector<std::string>& argv) {
       if (args.has(f))
         fail(std::string("ctrl generate: --") + f +
              " applies to sampling, and temperature 0 (the default) is greedy; add --temperature T (e.g. 0.8)");
+  const std::string control = args.require("control");  // before the model loads
   const std::string model_path = model_checkpoint(args.require("model"));
   Checkpoint ckpt(model_path);
   const auto& contents = ckpt.contents();
-  const std::string control = args.require("control");
   int32_t control_id = -1;
   std::string known;
   for (const auto& c : contents.codes) {

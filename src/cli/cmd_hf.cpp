@@ -26,9 +26,18 @@ const char* kImportUsage =
     "into a new ctrl checkpoint (CKPT must not exist), with no optimizer state. The tokenizer is\n"
     "--tokenizer, else DIR/tokenizer.model if there is one (as ctrl export hf writes it).\n";
 
+// The format word after export/import: "hf" is the only one ctrl writes and reads.
+void require_hf_format(const std::vector<std::string>& argv, const std::string& usage) {
+  if (argv.empty() || argv[0].rfind("--", 0) == 0)
+    fail("ctrl " + usage.substr(0, usage.find(' ')) + ": expected a format: ctrl " + usage);
+  if (argv[0] != "hf")
+    fail("ctrl " + usage.substr(0, usage.find(' ')) + ": unknown format '" + argv[0] +
+         "' (ctrl knows hf, Hugging Face's CTRLLMHeadModel: ctrl " + usage + ")");
+}
+
 int export_cmd(const std::vector<std::string>& argv) {
   if (!argv.empty() && (argv[0] == "--help" || argv[0] == "-h")) return std::printf("%s", kExportUsage), 0;
-  if (argv.empty() || argv[0] != "hf") fail("ctrl export: expected a format: ctrl export hf --model CKPT --out DIR");
+  require_hf_format(argv, "export hf --model CKPT --out DIR");
   Args args("export hf", kExportUsage);
   args.flag("model");
   args.flag("out");
@@ -42,7 +51,7 @@ int export_cmd(const std::vector<std::string>& argv) {
 
 int import_cmd(const std::vector<std::string>& argv) {
   if (!argv.empty() && (argv[0] == "--help" || argv[0] == "-h")) return std::printf("%s", kImportUsage), 0;
-  if (argv.empty() || argv[0] != "hf") fail("ctrl import: expected a format: ctrl import hf --in DIR --out CKPT");
+  require_hf_format(argv, "import hf --in DIR --out CKPT");
   Args args("import hf", kImportUsage);
   args.flag("in");
   args.flag("out");

@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   ctrl::install_signal_thread();  // before any other thread (core/signals.h)
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() >= 2 && args[0] == "help") args = {args[1], "--help"};  // `ctrl help train`
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     print_help();
     return args.empty() ? 2 : 0;
@@ -74,7 +75,10 @@ int main(int argc, char** argv) {
   auto& registry = ctrl::cli::command_registry();
   auto it = registry.find(args[0]);
   if (it == registry.end()) {
-    std::fprintf(stderr, "ctrl: unknown command '%s' (see ctrl --help)\n", args[0].c_str());
+    std::string known;
+    for (const auto& entry : registry) known += (known.empty() ? "" : ", ") + entry.first;
+    std::fprintf(stderr, "ctrl: unknown command '%s' (commands: %s; see ctrl --help)\n", args[0].c_str(),
+                 known.c_str());
     return 2;
   }
   // A closed pipe on stdout or stderr (`ctrl train ... 2>&1 | head`, a dead `tee`) would kill a

@@ -227,6 +227,9 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
                    static_cast<long long>(config_.model.vocab_size), static_cast<long long>(unused),
                    dataset_->manifest().vocab_size, dataset_->manifest().vocab_size);
   }
+  open_batches();
+  // A teacher for other tokens is refused before the run directory exists, too.
+  if (teacher) check_teacher_shares_codes(teacher->contents(), contents_, t.teacher);
   if (writer()) {
     run_dir_ = std::make_unique<RunDir>(options_.run_dir);  // the lock, and what killed runs left
     // A stop file from before this start (made while nothing trained, or
@@ -239,7 +242,6 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
   }
   const std::unique_ptr<Checkpoint> checkpoint = checkpoint_to_resume();
   open_data(checkpoint.get());
-  if (teacher) check_teacher_shares_codes(teacher->contents(), contents_, t.teacher);
   // The bf16 path's start-up measurement runs before the engine's buffers
   // exist: its own (2048^3 products) are freed back before the peak.
   choose_bf16_products(checkpoint.get());
@@ -333,6 +335,18 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
 
 // The batches of the corpus opened at start (or synthetic tokens without
 // train.data) and what checkpoints record of it: control codes, tokenizer, config.
+void Trainer::open_batches() {
+  const int64_t T = config_.model.n_ctx;
+  if (dataset_) {
+    batches_ = std::make_unique<Batches>(Batches::from_dataset(dataset_, T, config_.train.seed));
+    if (!dataset_->tokenizer_path().empty()) contents_.tokenizer = read_file(dataset_->tokenizer_path());
+  } else {
+    batches_ = std::make_unique<Batches>(Batches::synthetic(config_.model.vocab_size, T, config_.train.seed));
+  }
+  for (size_t c = 0; c < batches_->n_codes(); ++c)
+    contents_.codes.push_back({batches_->code_name(c), batches_->code_token(c)});
+}
+
 void Trainer::open_data(const Checkpoint* checkpoint) {
   const ModelConfig& m = config_.model;
   if (checkpoint) {  // a corpus run goes on with a corpus, a synthetic one without
@@ -346,7 +360,6 @@ void Trainer::open_data(const Checkpoint* checkpoint) {
   }
   if (dataset_) {
     if (checkpoint) check_corpus_matches(checkpoint->contents(), *dataset_, "ctrl train --resume");
-    batches_ = std::make_unique<Batches>(Batches::from_dataset(dataset_, m.n_ctx, config_.train.seed));
     if (comm_->rank() == 0) {
       for (const std::string& code : batches_->unusable_codes())
         std::fprintf(stderr,
@@ -356,12 +369,7 @@ void Trainer::open_data(const Checkpoint* checkpoint) {
       if (const std::string gap = held_out_gap_note(*batches_); !gap.empty())
         std::fprintf(stderr, "ctrl: note: %s\n", gap.c_str());
     }
-    if (!dataset_->tokenizer_path().empty()) contents_.tokenizer = read_file(dataset_->tokenizer_path());
-  } else {
-    batches_ = std::make_unique<Batches>(Batches::synthetic(m.vocab_size, m.n_ctx, config_.train.seed));
   }
-  for (size_t c = 0; c < batches_->n_codes(); ++c)
-    contents_.codes.push_back({batches_->code_name(c), batches_->code_token(c)});
   contents_.config = config_;
 }
 

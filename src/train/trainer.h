@@ -60,8 +60,9 @@ class Trainer {
 
  private:
   // Construction, in this order; each refuses what cannot work before anything is written.
+  void open_batches();  // the corpus's (or synthetic) sequences, and its tokenizer and codes into contents_
   std::unique_ptr<Checkpoint> checkpoint_to_resume();
-  void open_data(const Checkpoint* checkpoint);
+  void open_data(const Checkpoint* checkpoint);  // checks the corpus against a resumed checkpoint
   void build_engine(const Checkpoint* teacher);
   void choose_bf16_products(const Checkpoint* checkpoint);
   void share_initial_state(const Checkpoint* checkpoint);

@@ -150,7 +150,8 @@ std::string ThreadAdapter::between_steps() {
   set_count(decide(delta, &why));
   changed_ = current_ != before;
   if (!changed_) return "";
-  return std::to_string(current_) + " threads instead of " + std::to_string(before) + ": " + why;
+  return std::to_string(current_) + (current_ == 1 ? " thread" : " threads") + " instead of " +
+         std::to_string(before) + ": " + why;
 }
 
 int ThreadAdapter::decide(const RunQueueTimes& delta, std::string* why) const {
@@ -201,8 +202,8 @@ std::string ThreadAdapter::settle_tokens(const std::vector<double>& seconds) {
   set_count(fastest != at && seconds[at] >= kTokenMargin * seconds[fastest] ? candidates_[fastest] : current_);
   if (current_ == before) return "";
   char line[200];
-  std::snprintf(line, sizeof line, "%d threads instead of %d: their tokens ran %.1fx faster just now", current_, before,
-                seconds[at] / seconds[fastest]);
+  std::snprintf(line, sizeof line, "%d %s instead of %d: their tokens ran %.1fx faster just now", current_,
+                current_ == 1 ? "thread" : "threads", before, seconds[at] / seconds[fastest]);
   return line;
 }
 
