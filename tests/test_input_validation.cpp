@@ -355,6 +355,25 @@ TEST(BadInputCheckpoint, ResumePastADamagedCheckpointKeepsWhatItWrites) {
   fs::remove_all(run);
 }
 
+// A resume says where it goes on, and which training settings this command
+// changes: a forgotten --set (train.steps=7 on the first start) once resumed
+// silently into the preset's 600 steps.
+TEST(BadInputCheckpoint, AResumeNamesItsStepAndTheSettingsItChanges) {
+  const std::string run = trained_run("changed", 4);
+  Config c = small_config(6);
+  c.train.lr *= 2;
+  testing::internal::CaptureStderr();
+  { Trainer resumed(c, TrainerOptions{run, true, true}); }
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("resuming " + run + " from step 4 (" + checkpoint_path(run, 4) + ")"), std::string::npos) << said;
+  EXPECT_NE(said.find("train.steps 4 in the checkpoint, 6 now"), std::string::npos) << said;
+  EXPECT_NE(said.find("train.lr "), std::string::npos) << said;
+  testing::internal::CaptureStderr();
+  { Trainer same(small_config(4), TrainerOptions{run, true, true}); }
+  EXPECT_EQ(testing::internal::GetCapturedStderr().find("settings other than the run's"), std::string::npos);
+  fs::remove_all(run);
+}
+
 // A run whose checkpoints were deleted is not restarted over its metrics.
 TEST(BadInputCheckpoint, ResumeWithoutTheCheckpointsOfALoggedRunIsRefused) {
   const std::string run = trained_run("gone", 4);

@@ -28,16 +28,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kDropoutStream = 0xD50F;
 
-// The model settings in which `now` differs from `before` ("model.n_layer 4 in
-// the checkpoint, 2 now; ..."), or "" when none does.
-std::string model_differences(const ModelConfig& before, const ModelConfig& now) {
-  Config x, y;
-  x.model = before, y.model = now;
-  const nlohmann::json a = nlohmann::json::parse(config_to_json(x)), b = nlohmann::json::parse(config_to_json(y));
+// The settings of one section ("model.", "train.") in which `now` differs from
+// `before` ("model.n_layer 4 in the checkpoint, 2 now; ..."), or "" when none does.
+std::string config_differences(const Config& before, const Config& now, const std::string& section) {
+  const nlohmann::json a = nlohmann::json::parse(config_to_json(before)), b = nlohmann::json::parse(config_to_json(now));
   auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
   std::string out;
   for (auto it = a.begin(); it != a.end(); ++it)
-    if (it.key().rfind("model.", 0) == 0 && b.value(it.key(), nlohmann::json()) != it.value())
+    if (it.key().rfind(section, 0) == 0 && b.value(it.key(), nlohmann::json()) != it.value())
       out += (out.empty() ? "" : "; ") + it.key() + " " + text(it.value()) + " in the checkpoint, " +
              text(b.value(it.key(), nlohmann::json())) + " now";
   return out;
@@ -327,9 +325,16 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
     if (failed) fail(path + ": cannot move the damaged checkpoint aside to " + aside + ": " + failed.message());
     std::fprintf(stderr, "ctrl: note: moved it aside to %s\n", aside.c_str());
   }
-  if (const std::string differ = model_differences(checkpoint->config().model, config_.model); !differ.empty())
+  if (const std::string differ = config_differences(checkpoint->config(), config_, "model."); !differ.empty())
     fail(checkpoint->path() + ": the checkpoint's model settings differ from --config's (" + differ +
          "); resume with the checkpoint's");
+  // The training settings are this command's (--config and --set): say which
+  // differ from the run's, since a forgotten --set changes the run silently.
+  std::fprintf(stderr, "resuming %s from step %lld (%s)\n", run.c_str(),
+               static_cast<long long>(checkpoint->contents().state.step), checkpoint->path().c_str());
+  if (const std::string changed = config_differences(checkpoint->config(), config_, "train."); !changed.empty())
+    std::fprintf(stderr, "note: --resume trains with settings other than the run's (--config and --set decide): %s\n",
+                 changed.c_str());
   return checkpoint;
 }
 
