@@ -251,9 +251,45 @@ TEST(Generator, PenaltyDividesPositiveAndMultipliesNegativeLogitsOfSeenTokens) {
   s.top_k = 0;
   CounterRng a{9, 1, 0}, b{9, 1, 0};
   for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_next({0.1f, 0.3f, 0.2f}, {}, s, a), sample_next({0.1f, 0.3f, 0.2f}, {}, s, b));
-  // top-p keeps the smallest set reaching p: token 1 alone has probability > 0.9 here.
-  s.top_p = 0.9;
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_next({0.0f, 10.0f, 0.0f}, {}, s, a), 1);
+}
+
+// Sampled tokens come at the frequencies softmax(logits / T) gives, cut to
+// the top k or the smallest set reaching p and renormalised; another seed
+// draws another sequence. 4,000 draws: each frequency within 0.03 (four
+// standard deviations or more).
+TEST(Generator, SamplingFollowsTheTemperatureTopKAndTopP) {
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+  auto frequencies = [&](SamplingOptions o, uint64_t seed) {
+    o.penalty = 1.0;
+    CounterRng rng{seed, 1, 0};
+    std::vector<double> f(3, 0.0);
+    for (int i = 0; i < 4000; ++i) f[size_t(sample_next(logits, {}, o, rng))] += 1.0 / 4000;
+    return f;
+  };
+  auto expect_near = [](const std::vector<double>& got, const std::vector<double>& want, const char* what) {
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(got[i], want[i], 0.03) << what << ", token " << i;
+  };
+  SamplingOptions o;
+  o.temperature = 1.0;
+  expect_near(frequencies(o, 1), {0.5, 0.3, 0.2}, "T 1");
+  o.temperature = 0.5;  // p^2, renormalised
+  expect_near(frequencies(o, 2), {0.25 / 0.38, 0.09 / 0.38, 0.04 / 0.38}, "T 0.5");
+  o.temperature = 2.0;  // sqrt(p), renormalised
+  const double s = std::sqrt(0.5) + std::sqrt(0.3) + std::sqrt(0.2);
+  expect_near(frequencies(o, 3), {std::sqrt(0.5) / s, std::sqrt(0.3) / s, std::sqrt(0.2) / s}, "T 2");
+  o.temperature = 1.0;
+  o.top_p = 0.6;  // 0.5 < 0.6 <= 0.5 + 0.3: the first two
+  const std::vector<double> top_p = frequencies(o, 4);
+  EXPECT_EQ(top_p[2], 0.0);
+  expect_near(top_p, {0.625, 0.375, 0.0}, "top-p 0.6");
+  o.top_p = 1.0;
+  o.top_k = 2;
+  expect_near(frequencies(o, 5), {0.625, 0.375, 0.0}, "top-k 2");
+  o.top_k = 0;
+  CounterRng a{7, 1, 0}, b{8, 1, 0};
+  int same = 0;
+  for (int i = 0; i < 50; ++i) same += sample_next(logits, {}, o, a) == sample_next(logits, {}, o, b);
+  EXPECT_LT(same, 45) << "another seed drew (nearly) the same sequence";
 }
 
 // A model's vocabulary may be larger than its tokenizer's: ids past the
