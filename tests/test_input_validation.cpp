@@ -363,14 +363,17 @@ TEST(BadInputCheckpoint, AResumeNamesItsStepAndTheSettingsItChanges) {
   Config c = small_config(6);
   c.train.lr *= 2;
   testing::internal::CaptureStderr();
-  { Trainer resumed(c, TrainerOptions{run, true, true}); }
+  { Trainer resumed(c, TrainerOptions{run, true, false}); }
   const std::string said = testing::internal::GetCapturedStderr();
   EXPECT_NE(said.find("resuming " + run + " from step 4 (" + checkpoint_path(run, 4) + ")"), std::string::npos) << said;
   EXPECT_NE(said.find("train.steps 4 in the checkpoint, 6 now"), std::string::npos) << said;
   EXPECT_NE(said.find("train.lr "), std::string::npos) << said;
   testing::internal::CaptureStderr();
-  { Trainer same(small_config(4), TrainerOptions{run, true, true}); }
+  { Trainer same(small_config(4), TrainerOptions{run, true, false}); }
   EXPECT_EQ(testing::internal::GetCapturedStderr().find("settings other than the run's"), std::string::npos);
+  testing::internal::CaptureStderr();  // --quiet: neither
+  { Trainer quiet(c, TrainerOptions{run, true, true}); }
+  EXPECT_EQ(testing::internal::GetCapturedStderr().find("resuming"), std::string::npos);
   fs::remove_all(run);
 }
 

@@ -244,12 +244,17 @@ void install_output(const std::string& tmp, const std::string& out) {
   install_directory(tmp, out);
 }
 
-// Why a source's documents were dropped: "too short 3, duplicate 2".
-std::string dropped_reasons(const SourceSummary& s) {
+// Counts by reason: "too short 3, duplicate 2".
+std::string reasons(const std::map<std::string, uint64_t>& counts) {
   std::string out;
-  for (const auto& [why, n] : s.read.dropped) out += (out.empty() ? "" : ", ") + why + " " + std::to_string(n);
-  for (const auto& [why, n] : s.clean.dropped) out += (out.empty() ? "" : ", ") + why + " " + std::to_string(n);
+  for (const auto& [why, n] : counts) out += (out.empty() ? "" : ", ") + why + " " + std::to_string(n);
   return out;
+}
+
+// Why a source's documents were dropped, by the reader or by cleaning.
+std::string dropped_reasons(const SourceSummary& s) {
+  const std::string read = reasons(s.read.dropped), cleaned = reasons(s.clean.dropped);
+  return read + (read.empty() || cleaned.empty() ? "" : ", ") + cleaned;
 }
 
 PrepareSummary run(const std::vector<PrepareInput>& inputs, const PrepareOptions& options, const std::string& tmp) {
@@ -525,7 +530,9 @@ std::string format_summary(const PrepareSummary& summary) {
                   s.control_code.c_str(), s.description.c_str(), s.clean.documents_in, s.clean.documents_kept,
                   Progress::format_count(double(s.clean.chars_kept)).c_str(), Progress::format_count(double(s.tokens)).c_str());
     out += line;
-    const std::string dropped = dropped_reasons(s);
+    // What the reader skipped never became a document, so it is not among those read.
+    const std::string skipped = reasons(s.read.dropped), dropped = reasons(s.clean.dropped);
+    out += skipped.empty() ? "" : "; skipped by the reader: " + skipped;
     out += dropped.empty() ? "" : "; dropped: " + dropped;
     std::string notes;
     for (const auto& [what, n] : s.read.notes) notes += (notes.empty() ? "" : ", ") + what + " " + std::to_string(n);

@@ -330,6 +330,7 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
          "); resume with the checkpoint's");
   // The training settings are this command's (--config and --set): say which
   // differ from the run's, since a forgotten --set changes the run silently.
+  if (options_.quiet) return checkpoint;
   std::fprintf(stderr, "resuming %s from step %lld (%s)\n", run.c_str(),
                static_cast<long long>(checkpoint->contents().state.step), checkpoint->path().c_str());
   if (const std::string changed = config_differences(checkpoint->config(), config_, "train."); !changed.empty())
