@@ -63,6 +63,7 @@ for lib in $need; do
            /usr/lib/x86_64-linux-gnu /usr/lib64; do
     [[ -e $d/$lib ]] && { found=$d; break; }
   done
+  [[ -z $found ]] && found=$(ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 == l {print $NF; exit}' | xargs -r dirname)
   if [[ -z $found ]]; then
     for py in python3 python; do
       command -v $py >/dev/null || continue
@@ -160,9 +161,9 @@ row machine ok $(( $(date +%s) - t0 )) "$(grep -m1 -o 'NVIDIA-SMI.*' "$out/nvidi
 # Without cuBLASLt every product runs on the plain fallback kernel: right, but
 # each timed phase would only run into its timeout. The tests still tell.
 if [[ $dev == cuda && " $need " == *" libcublasLt.so."* && -z $have_lt ]]; then
-  row cublaslt FAIL 0 "no libcublasLt on this machine (see check.log): only the ops and suite phases run"
+  row cublaslt FAIL 0 "no libcublasLt on this machine (see check.log): only the ops, suite and cpu phases run"
   log "no cuBLASLt found: PHASES cut to the tests"
-  PHASES=$(for p in $PHASES; do [[ $p == ops || $p == suite ]] && echo -n "$p "; done)
+  PHASES=$(for p in $PHASES; do [[ $p == ops || $p == suite || $p == cpu ]] && echo -n "$p "; done)
 fi
 
 # phase NAME TIMEOUT COMMAND...: runs it with its output in $out/NAME.log.
@@ -192,9 +193,11 @@ phase() {
 # If some fail (not a timeout, which the slower rerun would only repeat), the
 # failed ones again with cuBLASLt off (every product on the plain fallback
 # kernel), which tells a cuBLASLt problem from a kernel problem; the fused
-# attention's tests are left out of that, as its kernels use no cuBLASLt.
+# attention's tests are left out of that, as its kernels use no cuBLASLt. A
+# crash leaves no JSON report: then the whole filter runs again.
 ops_filter='Backends/OpTable.*/cuda:OpTable.CudaFused*:Devices/EveryBackend.*/cuda:Backend.*'
 # CTRL_CUDA_VERBOSE names every product shape cuBLASLt had no algorithm for (in ops.log).
+rm -f "$out/ops.json" "$out/ops_without_cublaslt.json"  # an OUT used before must not choose the rerun
 want ops && phase ops 75 env CTRL_CUDA_VERBOSE=1 "$work/run/ctrl_tests" --gtest_filter="$ops_filter" --gtest_output="json:$out/ops.json"
 if want ops && grep -q '^| ops | FAIL' "$results"; then
   rerun=$(python3 - "$out/ops.json" <<'PY' 2>/dev/null
@@ -204,6 +207,7 @@ print(":".join(s["name"] + "." + t["name"] for s in d.get("testsuites", []) for 
                if t.get("failures") and not t["name"].startswith("CudaFused")))
 PY
 )
+  [[ -s $out/ops.json ]] || rerun=$ops_filter
   if [[ -n $rerun ]]; then
     phase ops_without_cublaslt 60 env CTRL_CUDA_NO_CUBLASLT=1 "$work/run/ctrl_tests" --gtest_filter="$rerun" \
       --gtest_output="json:$out/ops_without_cublaslt.json"

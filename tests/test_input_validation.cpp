@@ -374,6 +374,16 @@ TEST(BadInputCheckpoint, AResumeNamesItsStepAndTheSettingsItChanges) {
   testing::internal::CaptureStderr();  // --quiet: neither
   { Trainer quiet(c, TrainerOptions{run, true, true}); }
   EXPECT_EQ(testing::internal::GetCapturedStderr().find("resuming"), std::string::npos);
+  // bf16 on the CPU: the checkpoint records the path taken (native or widened), which auto keeps.
+  Config bf16 = small_config(2);
+  bf16.train.precision = "bf16";
+  const std::string bf16_run = fresh_dir("changed_bf16");
+  Trainer(bf16, TrainerOptions{bf16_run, false, true}).run();
+  testing::internal::CaptureStderr();
+  { Trainer again(bf16, TrainerOptions{bf16_run, true, false}); }
+  const std::string bf16_said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(bf16_said.find("settings other than the run's"), std::string::npos) << bf16_said;
+  fs::remove_all(bf16_run);
   fs::remove_all(run);
 }
 

@@ -2,6 +2,7 @@
 // single tokens, round trips, parallel encoding, small-corpus vocabulary.
 #include <gtest/gtest.h>
 #include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -99,11 +100,8 @@ TEST(TextStream, HoldsBackAnIncompleteCharacter) {
   EXPECT_EQ(printable_length(fffd, false), 0u);
 }
 
-// A stream of any ids, byte pieces (whole characters, cut ones, stray
-// bytes), spaces, newlines and control pieces among them, returns exactly the
-// whole sequence's decode(), and after each token a prefix of the decode() so far.
-TEST_F(TokenizerTest, StreamedTextIsTheWholeSequencesDecode) {
-  const Tokenizer t = Tokenizer::load(model_path());
+// Streams random and chosen id sequences through TextStream against t.decode().
+void check_stream_against_decode(const Tokenizer& t) {
   std::vector<int32_t> bytes, words;
   for (int32_t id = 0; id < int32_t(t.vocab_size()); ++id)
     (t.id_to_piece(id).rfind("<0x", 0) == 0 ? bytes : words).push_back(id);
@@ -125,11 +123,29 @@ TEST_F(TokenizerTest, StreamedTextIsTheWholeSequencesDecode) {
     for (size_t i = 0; i < ids.size(); ++i) {
       out += stream.push(ids[i]);
       const std::string so_far = t.decode(std::vector<int32_t>(ids.begin(), ids.begin() + i + 1));
-      ASSERT_EQ(so_far.compare(0, out.size(), out), 0) << "after token " << i << ": " << out;
+      ASSERT_EQ(so_far.compare(0, out.size(), out), 0) << t.path() << ", after token " << i << ": " << out << " | " << so_far;
     }
     out += stream.finish();
-    ASSERT_EQ(out, t.decode(ids));
+    ASSERT_EQ(out, t.decode(ids)) << t.path();
   }
+}
+
+// A stream of any ids, byte pieces (whole characters, cut ones, stray
+// bytes), spaces, newlines and control pieces among them, returns exactly the
+// whole sequence's decode(), and after each token a prefix of the decode() so
+// far: with ctrl's tokenizers, and with one of SentencePiece's defaults (a
+// dummy prefix, extra whitespace removed), as `ctrl import hf --tokenizer` takes.
+TEST_F(TokenizerTest, StreamedTextIsTheWholeSequencesDecode) {
+  std::string corpus;
+  for (const std::string& s : japanese_sentences()) corpus += s + "\n";
+  for (int i = 0; i < 300; ++i) corpus += "the quick brown fox jumps over the lazy dog number " + std::to_string(i) + "\n";
+  write_file_atomically((dir_ / "defaults.txt").string(), corpus);
+  const auto trained = sentencepiece::SentencePieceTrainer::Train(
+      "--input=" + (dir_ / "defaults.txt").string() + " --model_prefix=" + (dir_ / "defaults").string() +
+      " --vocab_size=420 --byte_fallback=true --control_symbols=Wiki --minloglevel=2");
+  ASSERT_TRUE(trained.ok()) << trained.ToString();
+  for (const std::string path : {model_path(), (dir_ / "defaults.model").string()})
+    check_stream_against_decode(Tokenizer::load(path));
 }
 
 // A long document is encoded line by line: the same text back, never a worse

@@ -276,30 +276,47 @@ size_t printable_length(const std::string& decoded, bool at_end) {
   return n;
 }
 
-// Text decoded from a point where it was complete is the whole text's
-// continuation there: no piece's text depends on the pieces before that point
-// (no dummy prefix to strip, and byte pieces only join the bytes of one
-// unfinished character). The tests check this against decode() of the whole.
+// Text decoded from a point where it was complete, after the tokens before
+// it, is the whole text's continuation there: byte pieces only join the bytes
+// of one unfinished character, and the tokens before take whatever a dummy
+// prefix strips (SentencePiece strips the space of leading pieces until one
+// gives text, so they reach back to one that does). Where that ever fails
+// (their text is not a prefix), the window falls back to the whole
+// sequence, of which everything returned is a prefix.
+std::string TextStream::window_text() {
+  if (window_ > 0) {
+    size_t from = window_ - 1;
+    std::string head = tokenizer_.decode({ids_.begin() + long(from), ids_.begin() + long(window_)});
+    while (head.empty() && from > 0 && window_ - from < 16)
+      head = tokenizer_.decode({ids_.begin() + long(--from), ids_.begin() + long(window_)});
+    if (!head.empty()) {
+      const std::string text = tokenizer_.decode({ids_.begin() + long(from), ids_.end()});
+      if (text.compare(0, head.size(), head) == 0) return text.substr(head.size());
+    }
+    window_ = 0;
+    returned_ += returned_before_;
+    returned_before_ = 0;
+  }
+  return tokenizer_.decode(ids_);
+}
+
 std::string TextStream::push(int32_t id) {
-  pending_.push_back(id);
-  const std::string text = tokenizer_.decode(pending_);
+  ids_.push_back(id);
+  const std::string text = window_text();
   const size_t printable = printable_length(text, false);
   std::string added = printable > returned_ ? text.substr(returned_, printable - returned_) : std::string();
-  if (printable == text.size()) {
-    pending_.clear();
+  returned_ = std::max(returned_, printable);
+  if (printable == text.size()) {  // complete: the next window starts after this token
+    window_ = ids_.size();
+    returned_before_ += returned_;
     returned_ = 0;
-  } else {
-    returned_ = std::max(returned_, printable);
   }
   return added;
 }
 
 std::string TextStream::finish() {
-  const std::string text = tokenizer_.decode(pending_);
-  std::string rest = text.size() > returned_ ? text.substr(returned_) : std::string();
-  pending_.clear();
-  returned_ = 0;
-  return rest;
+  const std::string text = window_ < ids_.size() ? window_text() : std::string();
+  return text.size() > returned_ ? text.substr(returned_) : std::string();
 }
 
 }  // namespace ctrl

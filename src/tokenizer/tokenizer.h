@@ -6,7 +6,7 @@
 // with normalization_rule_name=identity, add_dummy_prefix=false and
 // remove_extra_whitespaces=false, so decode(encode_clean(x)) == x for every
 // cleaned text x (byte_fallback covers characters outside the pieces).
-// Control codes are user-defined symbols: each is exactly one token.
+// Control codes are control symbols: each is exactly one token, which no text encodes to.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -130,7 +130,9 @@ class Tokenizer {
 // decode() of the whole sequence. A character still being spelled in byte pieces
 // (<0xE3><0x81>...) decodes as U+FFFD until its last byte comes and is held
 // back until then, so nothing returned is ever taken back. Only the tokens
-// since the text was last complete are decoded again, so n tokens cost O(n)
+// since the text was last complete are decoded again (after a token or a few
+// before them, whose text is then cut off: a tokenizer with a dummy prefix
+// drops the space of whatever piece comes first), so n tokens cost O(n)
 // decoding, not the O(n^2) of decoding the whole sequence per token.
 class TextStream {
  public:
@@ -139,9 +141,12 @@ class TextStream {
   std::string finish();
 
  private:
+  std::string window_text();  // the text of ids_[window_..], decoded after the tokens before
   const Tokenizer& tokenizer_;
-  std::vector<int32_t> pending_;  // the tokens since the text was last complete
-  size_t returned_ = 0;           // bytes of decode(pending_) already returned
+  std::vector<int32_t> ids_;  // every token so far
+  size_t window_ = 0;         // first token since the text was last complete
+  size_t returned_ = 0;       // bytes of window_text() already returned
+  size_t returned_before_ = 0;  // bytes returned for the tokens before the window
 };
 
 // How much of a sequence decoded so far may be printed: all but its trailing

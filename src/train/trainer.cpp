@@ -333,7 +333,9 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
   if (options_.quiet) return checkpoint;
   std::fprintf(stderr, "resuming %s from step %lld (%s)\n", run.c_str(),
                static_cast<long long>(checkpoint->contents().state.step), checkpoint->path().c_str());
-  if (const std::string changed = config_differences(checkpoint->config(), config_, "train."); !changed.empty())
+  Config now = config_;  // train.cpu_bf16 auto keeps the run's choice (choose_bf16_products): no change
+  if (now.train.cpu_bf16 == "auto") now.train.cpu_bf16 = checkpoint->config().train.cpu_bf16;
+  if (const std::string changed = config_differences(checkpoint->config(), now, "train."); !changed.empty())
     std::fprintf(stderr, "note: --resume trains with settings other than the run's (--config and --set decide): %s\n",
                  changed.c_str());
   return checkpoint;
