@@ -148,6 +148,29 @@ TEST_F(TokenizerTest, StreamedTextIsTheWholeSequencesDecode) {
     check_stream_against_decode(Tokenizer::load(path));
 }
 
+// The space is a piece even where it is rare (Japanese text, a few spaces in
+// thousands of characters): character_coverage once left it out, byte
+// fallback then spelled the bytes of SentencePiece's "▁", and the text came
+// back with a literal "▁" where it had a space.
+TEST_F(TokenizerTest, ARareSpaceIsAPieceAndDecodesAsASpace) {
+  std::vector<std::string> sentences;
+  for (const std::string& s : japanese_sentences())
+    if (s.find(' ') == std::string::npos) sentences.push_back(s);
+  sentences.push_back("新しいWindows 11の機能");
+  VectorSentenceSource source(sentences);
+  TokenizerTrainOptions options;
+  options.vocab_size = 400;
+  const std::string path = (dir_ / "rare_space.model").string();
+  train_tokenizer(source, options, path);
+  const Tokenizer t = Tokenizer::load(path);
+  for (const std::string text : {"新しいWindows 11の機能", "私は 本を  読みました。 "}) {
+    const auto ids = t.encode_clean(text);
+    EXPECT_EQ(t.decode(ids), text);
+    for (int32_t id : ids) EXPECT_NE(t.id_to_piece(id), "<0xE2>") << text;  // no byte pieces for "▁"
+  }
+  EXPECT_GE(t.piece_to_id("\xE2\x96\x81"), 0);
+}
+
 // A long document is encoded line by line: the same text back, never a worse
 // segmentation (by the pieces' scores summed in double) than SentencePiece's
 // own encoding of the whole document, whose float path scores drift over

@@ -124,6 +124,10 @@ uint32_t train_tokenizer(SentenceSource& sentences, const TokenizerTrainOptions&
         {"vocab_size", std::to_string(vocab)},
         {"character_coverage", std::to_string(options.character_coverage)},
         {"byte_fallback", "true"},
+        // The space (SentencePiece's ▁) is always a piece: where spaces are rare (Japanese text),
+        // character_coverage left it out, byte fallback spelled ▁'s own bytes, and those decode
+        // as a literal "▁", not as the space the text had.
+        {"required_chars", "\xE2\x96\x81"},
         {"normalization_rule_name", "identity"},
         {"add_dummy_prefix", "false"},
         {"remove_extra_whitespaces", "false"},
