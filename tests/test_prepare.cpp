@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sentencepiece_trainer.h>
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -235,6 +236,34 @@ TEST_F(PrepareTest, BadInputGivesOneLineErrorsAndLeavesNothing) {
       return inner(sink);
     };
   expect_error(watched, wrong, wrong.tokenizer + ": control code 'Wikipedia' is not a single token");
+  // A code that is an ordinary piece of the tokenizer (a word of its text) is refused: text encodes to it.
+  const Tokenizer novel = Tokenizer::load(wrong.tokenizer);
+  std::string word;
+  for (int32_t id = 0; id < int32_t(novel.vocab_size()) && word.empty(); ++id) {
+    const std::string piece = novel.id_to_piece(id);
+    const bool japanese = std::all_of(piece.begin(), piece.end(), [](char c) { return (unsigned char)c >= 0xE3; }) ||
+                          std::none_of(piece.begin(), piece.end(), [](char c) { return (unsigned char)c < 0x80; });
+    if (!novel.is_special(id) && piece.size() >= 6 && japanese && piece.find("\xE2\x96\x81") == std::string::npos)
+      word = piece;
+  }
+  ASSERT_FALSE(word.empty());
+  std::vector<PrepareInput> ordinary = watched;
+  ordinary[0].control_code = word;
+  expect_error(ordinary, wrong, "control code '" + word + "' is an ordinary piece of this tokenizer");
+  // Tokenizers of older ctrl versions made the codes user-defined symbols: still accepted.
+  const std::string older = (dir_ / "older_codes").string();
+  {
+    std::ofstream text(older + ".txt");
+    for (int i = 0; i < 300; ++i) text << "吾輩は猫である。名前はまだ無い。 line " << i << " of some text\n";
+  }
+  const auto trained = sentencepiece::SentencePieceTrainer::Train(
+      "--input=" + older + ".txt --model_prefix=" + older +
+      " --vocab_size=340 --byte_fallback=true --add_dummy_prefix=false --remove_extra_whitespaces=false"
+      " --normalization_rule_name=identity --user_defined_symbols=Wikipedia,Novel --minloglevel=2");
+  ASSERT_TRUE(trained.ok()) << trained.ToString();
+  PrepareOptions accepted = options("older_codes_corpus");
+  accepted.tokenizer = older + ".model";
+  EXPECT_NO_THROW(prepare_corpus(inputs(), accepted));
   PrepareOptions junk = options("e6");
   junk.tokenizer = (dir_ / "junk.model").string();
   std::ofstream(junk.tokenizer) << "not a model";

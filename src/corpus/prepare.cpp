@@ -96,6 +96,11 @@ void check_single_token(const Tokenizer& tokenizer, const std::string& code, con
          "choose another name");
   if (id < 0 || tokenizer.encode_clean(code) != std::vector<int32_t>{id})
     fail(where + ": control code '" + code + "' is not a single token of this tokenizer (train one with it)");
+  if (!tokenizer.is_user_defined(id))
+    fail(where + ": control code '" + code +
+         "' is an ordinary piece of this tokenizer, which text encodes to: its id would stand for the word inside "
+         "documents as well as for the code; train a tokenizer with the code (ctrl prepare without --tokenizer) or "
+         "choose a name that is no piece");
 }
 
 // Train documents' lines, for the tokenizer trainer.

@@ -266,6 +266,10 @@ std::string Tokenizer::id_to_piece(int32_t id) const {
 
 int32_t Tokenizer::eos_id() const { return sp_->eos_id(); }
 bool Tokenizer::is_control(int32_t id) const { return sp_->IsControl(id); }
+// Debian's SentencePiece (0.1.97) has no IsUserDefined: a user-defined piece
+// is the one kind of ordinary-looking piece that a unigram model scores 0
+// (the others hold log-probabilities, below 0).
+bool Tokenizer::is_user_defined(int32_t id) const { return !is_special(id) && sp_->GetScore(id) == 0.0f; }
 bool Tokenizer::is_special(int32_t id) const {
   return sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsByte(id) || sp_->IsUnused(id);
 }

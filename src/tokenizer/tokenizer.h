@@ -116,6 +116,8 @@ class Tokenizer {
   bool is_special(int32_t id) const;
   // A control piece (</s>, <s>, a control code): never the encoding of any text.
   bool is_control(int32_t id) const;
+  // A user-defined piece: always its own token where its text occurs (older ctrl tokenizers' codes).
+  bool is_user_defined(int32_t id) const;
   uint32_t vocab_size() const;
   const std::string& path() const { return path_; }
 
