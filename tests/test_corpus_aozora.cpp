@@ -123,6 +123,36 @@ TEST(CorpusAozora, Cp932ExtensionCharactersAreNotReadAsJisX0213) {
   EXPECT_EQ(ctrl::decode_japanese_bytes(std::string("\x82\xa0\x81\x60\r\n", 6), &bad), "あ\u301C\n");
 }
 
+// EUC-JP text (a common Japanese encoding besides Shift_JIS) is read as
+// EUC-JP, half-width kana included: it was read as Shift_JIS, into mojibake
+// with no warning. Shift_JIS text, whose kana lead with 0x82 and 0x83, is not
+// taken for it.
+TEST(CorpusAozora, EucJpTextIsReadAsEucJp) {
+  const std::string euc =
+      "\xA4\xB3\xA4\xEC\xA4\xCF" "EUC-JP" "\xA4\xC7\xBD\xF1\xA4\xAB\xA4\xEC\xA4\xBF\xC6\xFC\xCB\xDC\xB8\xEC"
+      "\xA4\xCE\xCA\xB8\xBE\xCF\xA4\xC7\xA4\xB9\xA1\xA3\x8E\xB6\x8E\xC0\x8E\xB6\x8E\xC5\r\n"
+      "\xB8\xE3\xC7\xDA\xA4\xCF\xC7\xAD\xA4\xC7\xA4\xA2\xA4\xEB\xA1\xA3\r\n";
+  EXPECT_TRUE(ctrl::looks_euc_jp(euc));
+  uint64_t bad = 0, first = 0;
+  ctrl::TextEncoding encoding = ctrl::TextEncoding::kUtf8;
+  EXPECT_EQ(ctrl::decode_japanese_bytes(euc, &bad, &first, &encoding),
+            "これはEUC-JPで書かれた日本語の文章です。ｶﾀｶﾅ\n吾輩は猫である。\n");
+  EXPECT_EQ(bad, 0u);
+  EXPECT_EQ(encoding, ctrl::TextEncoding::kEucJp);
+  // A stray byte is dropped and named as EUC-JP's.
+  const std::string damaged = euc.substr(0, 6) + "\x90" + euc.substr(6);
+  EXPECT_FALSE(ctrl::looks_euc_jp(damaged));  // 0x90 is no EUC-JP byte: then it is Shift_JIS's
+  const std::string sjis = "\x82\xB1\x82\xEA\x82\xCD\x93\xFA\x96\x7B\x8C\xEA\x82\xC5\x82\xB7\x81\x42\r\n";
+  EXPECT_FALSE(ctrl::looks_euc_jp(sjis));
+  EXPECT_EQ(ctrl::decode_japanese_bytes(sjis, &bad, &first, &encoding), "これは日本語です。\n");
+  EXPECT_EQ(encoding, ctrl::TextEncoding::kShiftJis);
+  const std::string cut = euc + "\xA4\xB3\xA4";  // a character cut at the end
+  EXPECT_TRUE(ctrl::looks_euc_jp(cut));
+  ctrl::decode_japanese_bytes(cut, &bad, &first, &encoding);
+  EXPECT_EQ(bad, 1u);
+  EXPECT_NE(ctrl::undecodable_bytes_text(bad, encoding).find("(the file is EUC-JP)"), std::string::npos);
+}
+
 // A UTF-8 Aozora file with a damaged byte, or cut inside its last character,
 // stays UTF-8: only the bad bytes go, at the offset the warning names.
 TEST(CorpusAozora, DamagedUtf8StaysUtf8) {

@@ -53,7 +53,7 @@ TEST(CorpusText, UnreadableKindsAreNamed) {
   ctrl::write_file_atomically(dir + "/a.xml.gz", std::string("\x1F\x8B\x08\x00\x00\x00", 6));
   EXPECT_EQ(error_of(dir + "/a.xml.gz"),
             dir +
-                "/a.xml.gz: gzip-compressed (gunzip it first); ctrl reads UTF-8 or Shift_JIS text, plain or "
+                "/a.xml.gz: gzip-compressed (gunzip it first); ctrl reads UTF-8, Shift_JIS or EUC-JP text, plain or "
                 "bz2-compressed");
   ctrl::write_file_atomically(dir + "/u.txt", std::string("\xFF\xFE\x42\x30", 4));  // UTF-16LE あ
   EXPECT_NE(error_of(dir + "/u.txt").find("UTF-16 text"), std::string::npos);

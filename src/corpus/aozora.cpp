@@ -344,7 +344,29 @@ bool looks_utf8(std::string_view bytes) {
   return judged_utf8(bytes, clean, bad, first);
 }
 
-std::string decode_japanese_bytes(std::string_view raw, uint64_t* bad_bytes, uint64_t* first_bad_offset, bool* utf8) {
+bool looks_euc_jp(std::string_view bytes) {
+  auto pair_byte = [](unsigned char b) { return b >= 0xA1 && b <= 0xFE; };
+  bool high = false;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const unsigned char b = static_cast<unsigned char>(bytes[i]);
+    if (b < 0x80) continue;
+    high = true;
+    auto at = [&](size_t k) { return i + k < bytes.size() ? static_cast<unsigned char>(bytes[i + k]) : 0; };
+    if (b == 0x8E && at(1) >= 0xA1 && at(1) <= 0xDF) {
+      i += 1;
+    } else if (b == 0x8F && pair_byte(at(1)) && pair_byte(at(2))) {
+      i += 2;
+    } else if (pair_byte(b) && pair_byte(at(1))) {
+      i += 1;
+    } else if (i + 1 < bytes.size() || !pair_byte(b)) {  // a lead byte cut at the very end is still EUC-JP
+      return false;
+    }
+  }
+  return high;
+}
+
+std::string decode_japanese_bytes(std::string_view raw, uint64_t* bad_bytes, uint64_t* first_bad_offset,
+                                  TextEncoding* encoding) {
   *bad_bytes = 0;
   const char* const file_start = raw.data();
   if (starts_with(raw, "\xEF\xBB\xBF")) raw.remove_prefix(3);
@@ -352,29 +374,32 @@ std::string decode_japanese_bytes(std::string_view raw, uint64_t* bad_bytes, uin
   uint64_t first = 0;
   const std::string clean = sanitize_utf8(raw, bad_bytes, &first);
   if (judged_utf8(raw, clean, *bad_bytes, first)) {  // damaged UTF-8 loses its bad bytes, not its encoding
-    if (utf8) *utf8 = true;
+    if (encoding) *encoding = TextEncoding::kUtf8;
     if (*bad_bytes > 0 && first_bad_offset) *first_bad_offset = static_cast<uint64_t>(raw.data() - file_start) + first;
     out.reserve(clean.size());
     for (std::string_view line : split_lines(clean)) (out += line) += '\n';
     return out;
   }
-  if (utf8) *utf8 = false;
-  *bad_bytes = 0;  // counted again, as Shift_JIS
+  const bool euc = looks_euc_jp(raw);
+  if (encoding) *encoding = euc ? TextEncoding::kEucJp : TextEncoding::kShiftJis;
+  *bad_bytes = 0;  // counted again, in the encoding taken
   thread_local Converter sjis("SHIFT_JISX0213");
   thread_local Converter cp932("CP932");
+  thread_local Converter euc_jp("EUC-JP");
+  thread_local Converter euc_jisx0213("EUC-JISX0213");
   std::string piece;
   out.reserve(raw.size() * 3 / 2);
   std::optional<size_t> first_bad;
   for (std::string_view line : split_lines(raw)) {
     // A line with a DEL byte is never taken whole (see convert_lossy).
     const bool del = line.find('\x7F') != std::string_view::npos;
-    Converter& first_choice = has_cp932_extension(line) ? cp932 : sjis;
-    Converter& second_choice = &first_choice == &cp932 ? sjis : cp932;
+    Converter& first_choice = euc ? euc_jp : has_cp932_extension(line) ? cp932 : sjis;
+    Converter& second_choice = euc ? euc_jisx0213 : &first_choice == &cp932 ? sjis : cp932;
     if (!del && (first_choice.convert(line, piece) || second_choice.convert(line, piece))) {
       out += piece;
     } else {
       std::optional<size_t> bad_in_line;
-      cp932.convert_lossy(line, piece, bad_bytes, &bad_in_line);
+      (euc ? euc_jp : cp932).convert_lossy(line, piece, bad_bytes, &bad_in_line);
       if (bad_in_line && !first_bad) first_bad = static_cast<size_t>(line.data() - file_start) + *bad_in_line;
       out += piece;
     }
@@ -404,10 +429,16 @@ bool looks_like_aozora(std::string_view utf8) {
   return false;
 }
 
-std::string undecodable_bytes_text(uint64_t bad, bool utf8) {
-  return std::to_string(bad) +
-         (utf8 ? " invalid UTF-8 byte(s) dropped (the file is UTF-8), the first here"
-               : " byte(s) neither Shift_JIS X 0213 nor CP932 dropped (the file is Shift_JIS), the first here");
+std::string undecodable_bytes_text(uint64_t bad, TextEncoding encoding) {
+  switch (encoding) {
+    case TextEncoding::kUtf8:
+      return std::to_string(bad) + " invalid UTF-8 byte(s) dropped (the file is UTF-8), the first here";
+    case TextEncoding::kEucJp:
+      return std::to_string(bad) + " byte(s) neither EUC-JP nor EUC-JIS X 0213 dropped (the file is EUC-JP), the first here";
+    case TextEncoding::kShiftJis:
+      break;
+  }
+  return std::to_string(bad) + " byte(s) neither Shift_JIS X 0213 nor CP932 dropped (the file is Shift_JIS), the first here";
 }
 
 AozoraText aozora_to_text(std::string_view utf8) {
@@ -467,9 +498,9 @@ AozoraText aozora_to_text(std::string_view utf8) {
 void read_aozora_bytes(std::string_view raw, const std::string& file, ReadContext& context) {
   context.stats.bytes_in += raw.size();
   uint64_t bad = 0, first_bad = 0;
-  bool utf8_file = false;
-  const std::string utf8 = decode_japanese_bytes(raw, &bad, &first_bad, &utf8_file);
-  if (bad > 0) context.warnings.warn(file, first_bad, undecodable_bytes_text(bad, utf8_file));
+  TextEncoding encoding = TextEncoding::kUtf8;
+  const std::string utf8 = decode_japanese_bytes(raw, &bad, &first_bad, &encoding);
+  if (bad > 0) context.warnings.warn(file, first_bad, undecodable_bytes_text(bad, encoding));
   AozoraText t = aozora_to_text(utf8);
   if (t.gaiji_unresolved > 0) context.stats.notes["gaiji written as 〓 (characters)"] += t.gaiji_unresolved;
   if (t.text.empty()) {

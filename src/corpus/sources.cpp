@@ -136,7 +136,7 @@ SourceKind detect_source_kind(const std::string& path) {
            {"\xFF\xFE", "UTF-16 text (iconv -f UTF-16 -t UTF-8 it first)"},
            {"\xFE\xFF", "UTF-16 text (iconv -f UTF-16 -t UTF-8 it first)"}})
     if (head.compare(0, magic.size(), magic) == 0)
-      fail(path + ": " + what + "; ctrl reads UTF-8 or Shift_JIS text, plain or bz2-compressed");
+      fail(path + ": " + what + "; ctrl reads UTF-8, Shift_JIS or EUC-JP text, plain or bz2-compressed");
   std::string_view h = head;
   if (h.substr(0, 3) == "\xEF\xBB\xBF") h.remove_prefix(3);
   const size_t first = h.find_first_not_of(" \t\r\n");

@@ -32,9 +32,9 @@ std::string normalize_newlines(std::string_view s) {
 void read_plain_text(std::string_view bytes, const std::string& file, ReadContext& context) {
   context.stats.bytes_in += bytes.size();
   uint64_t invalid = 0, first = 0;
-  bool utf8 = true;
-  const std::string text = decode_japanese_bytes(bytes, &invalid, &first, &utf8);  // UTF-8 or Shift_JIS
-  if (invalid > 0) context.warnings.warn(file, first, undecodable_bytes_text(invalid, utf8));
+  TextEncoding encoding = TextEncoding::kUtf8;
+  const std::string text = decode_japanese_bytes(bytes, &invalid, &first, &encoding);  // UTF-8, EUC-JP or Shift_JIS
+  if (invalid > 0) context.warnings.warn(file, first, undecodable_bytes_text(invalid, encoding));
   Document d;
   d.text = normalize_newlines(text);
   d.origin = file;
