@@ -78,6 +78,26 @@ TEST(CorpusText, JsonLinesWithControlCodesAndBadLines) {
   EXPECT_EQ(c.stats.dropped.at("bad_json"), 2u);
 }
 
+// A bad JSON line's warning says what is wrong with it: the parser's reason
+// (a lone surrogate escape, which Python's json.dumps writes, was reported as
+// "not a JSON object"), or that it is JSON but no object.
+TEST(CorpusText, BadJsonLinesSayWhatIsWrong) {
+  const std::string path = ::testing::TempDir() + "/bad_lines.jsonl";
+  ctrl::write_file_atomically(path, "{\"text\": \"\\ud83d alone\"}\n[1, 2]\n{\"text\": \"good\"}\n");
+  ctrl::ReaderOptions options;
+  options.max_warnings_printed = 10;
+  testing::internal::CaptureStderr();
+  std::vector<ctrl::Document> docs;
+  const auto stats = ctrl::read_source({"Web", path}, options, [&](ctrl::Document&& d) { docs.push_back(std::move(d)); });
+  const std::string said = testing::internal::GetCapturedStderr();
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(stats.dropped.at("bad_json"), 2u);
+  EXPECT_NE(said.find("bad_lines.jsonl:0: line is not valid JSON (column"), std::string::npos) << said;
+  EXPECT_NE(said.find("surrogate"), std::string::npos) << said;
+  EXPECT_NE(said.find("bad_lines.jsonl:25: line is JSON but not an object"), std::string::npos) << said;
+  std::remove(path.c_str());
+}
+
 TEST(CorpusText, DirectoryOfMixedFilesInSortedOrder) {
   const std::string dir = temp_dir("mixed");
   ctrl::make_directories(dir + "/sub");

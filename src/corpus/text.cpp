@@ -1,5 +1,6 @@
 #include "corpus/text.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -59,9 +60,18 @@ void read_json_lines(ByteStream& stream, const std::string& file, ReadContext& c
                             std::to_string(invalid_bytes) + " invalid UTF-8 byte(s) dropped from this line (expected UTF-8 JSON)");
       line = std::move(valid);
     }
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
-      context.warnings.warn(file, lines.line_offset(), "line is not a JSON object; skipped");
+    nlohmann::json j;
+    std::string why;  // the parser's reason, from "column N: ..." (a lone surrogate \ud83d, a cut line, ...)
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      why = e.what();
+      why = why.substr(std::min(why.find("column"), why.size())).substr(0, 160);
+    }
+    if (!why.empty() || !j.is_object()) {
+      context.warnings.warn(file, lines.line_offset(),
+                            why.empty() ? "line is JSON but not an object (expected {\"text\": ...}); skipped"
+                                        : "line is not valid JSON (" + why + "); skipped");
       context.stats.drop("bad_json");
       continue;
     }
