@@ -88,7 +88,8 @@ TEST(CorpusText, BadJsonLinesSayWhatIsWrong) {
   options.max_warnings_printed = 10;
   testing::internal::CaptureStderr();
   std::vector<ctrl::Document> docs;
-  const auto stats = ctrl::read_source({"Web", path}, options, [&](ctrl::Document&& d) { docs.push_back(std::move(d)); });
+  const auto stats =
+      ctrl::read_source({"Web", path}, options, [&](ctrl::Document&& d) { docs.push_back(std::move(d)); });
   const std::string said = testing::internal::GetCapturedStderr();
   ASSERT_EQ(docs.size(), 1u);
   EXPECT_EQ(stats.dropped.at("bad_json"), 2u);

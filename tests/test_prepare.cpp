@@ -1,6 +1,7 @@
 // ctrl prepare end to end: real readers, cleaning, split, tokenizer, shards,
 // manifest; byte-identical reruns; one-line errors; the Debian renderers.
 #include <gtest/gtest.h>
+#include <sentencepiece_trainer.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sentencepiece_trainer.h>
 
 #include "core/error.h"
 #include "core/file_io.h"

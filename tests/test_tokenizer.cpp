@@ -107,8 +107,9 @@ void check_stream_against_decode(const Tokenizer& t) {
     (t.id_to_piece(id).rfind("<0x", 0) == 0 ? bytes : words).push_back(id);
   ASSERT_EQ(bytes.size(), 256u);
   const std::vector<std::vector<int32_t>> fixed = {
-      t.encode_clean("猫が 毎日\n 先生 🍣 と 鬱"), t.encode_clean(" 先頭の空白と末尾の空白 "),
-      {bytes[0xE3], bytes[0x81], bytes[0x82], bytes[0x81]},  // あ, then a stray continuation byte
+      t.encode_clean("猫が 毎日\n 先生 🍣 と 鬱"),
+      t.encode_clean(" 先頭の空白と末尾の空白 "),
+      {bytes[0xE3], bytes[0x81], bytes[0x82], bytes[0x81]},             // あ, then a stray continuation byte
       {bytes[0xF0], bytes[0xE3], words[5], bytes[0xE3], bytes[0x81]}};  // cut characters, one at the end
   std::mt19937 rng(7);
   std::vector<std::vector<int32_t>> sequences = fixed;
@@ -123,7 +124,8 @@ void check_stream_against_decode(const Tokenizer& t) {
     for (size_t i = 0; i < ids.size(); ++i) {
       out += stream.push(ids[i]);
       const std::string so_far = t.decode(std::vector<int32_t>(ids.begin(), ids.begin() + i + 1));
-      ASSERT_EQ(so_far.compare(0, out.size(), out), 0) << t.path() << ", after token " << i << ": " << out << " | " << so_far;
+      ASSERT_EQ(so_far.compare(0, out.size(), out), 0)
+          << t.path() << ", after token " << i << ": " << out << " | " << so_far;
     }
     out += stream.finish();
     ASSERT_EQ(out, t.decode(ids)) << t.path();
@@ -138,7 +140,8 @@ void check_stream_against_decode(const Tokenizer& t) {
 TEST_F(TokenizerTest, StreamedTextIsTheWholeSequencesDecode) {
   std::string corpus;
   for (const std::string& s : japanese_sentences()) corpus += s + "\n";
-  for (int i = 0; i < 300; ++i) corpus += "the quick brown fox jumps over the lazy dog number " + std::to_string(i) + "\n";
+  for (int i = 0; i < 300; ++i)
+    corpus += "the quick brown fox jumps over the lazy dog number " + std::to_string(i) + "\n";
   write_file_atomically((dir_ / "defaults.txt").string(), corpus);
   const auto trained = sentencepiece::SentencePieceTrainer::Train(
       "--input=" + (dir_ / "defaults.txt").string() + " --model_prefix=" + (dir_ / "defaults").string() +

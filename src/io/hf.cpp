@@ -67,15 +67,18 @@ void export_hf(const std::string& checkpoint_path, const std::string& dir) {
   // size on disk). A factorized embedding has no equal there (its positions
   // are E-wide and projected; the head is tied to the narrow table).
   if (m.embedding_dim > 0)
-    fail(checkpoint_path + ": cannot export to Hugging Face CTRL: this model has a factorized embedding "
-         "(model.embedding_dim=" + std::to_string(m.embedding_dim) +
+    fail(checkpoint_path +
+         ": cannot export to Hugging Face CTRL: this model has a factorized embedding "
+         "(model.embedding_dim=" +
+         std::to_string(m.embedding_dim) +
          "), which Hugging Face's CTRL has not (its embedding is d_model wide, with fixed d_model-wide positions)");
   ModelConfig unrolled = m;
   unrolled.sharing = "none";
   const ParamLayout layout = make_param_layout(unrolled);
   auto stored_name = [&m](const ParamTensor& t) {
-    return t.layer < 0 ? t.name
-                       : layer_param_name(m, t.layer, t.name.substr(("transformer.h." + std::to_string(t.layer) + ".").size()));
+    return t.layer < 0
+               ? t.name
+               : layer_param_name(m, t.layer, t.name.substr(("transformer.h." + std::to_string(t.layer) + ".").size()));
   };
   const ParamLayout stored = make_param_layout(m);
   nlohmann::ordered_json config = {

@@ -11,10 +11,10 @@
 #include <regex>
 #include <unordered_map>
 
+#include "core/clean_text.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/progress.h"
-#include "core/clean_text.h"
 #include "tokenizer/trainer_log.h"
 
 namespace ctrl {

@@ -145,9 +145,9 @@ class TextStream {
  private:
   std::string window_text();  // the text of ids_[window_..], decoded after the tokens before
   const Tokenizer& tokenizer_;
-  std::vector<int32_t> ids_;  // every token so far
-  size_t window_ = 0;         // first token since the text was last complete
-  size_t returned_ = 0;       // bytes of window_text() already returned
+  std::vector<int32_t> ids_;    // every token so far
+  size_t window_ = 0;           // first token since the text was last complete
+  size_t returned_ = 0;         // bytes of window_text() already returned
   size_t returned_before_ = 0;  // bytes returned for the tokens before the window
 };
 

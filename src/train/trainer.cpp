@@ -31,7 +31,8 @@ constexpr uint64_t kDropoutStream = 0xD50F;
 // The settings of one section ("model.", "train.") in which `now` differs from
 // `before` ("model.n_layer 4 in the checkpoint, 2 now; ..."), or "" when none does.
 std::string config_differences(const Config& before, const Config& now, const std::string& section) {
-  const nlohmann::json a = nlohmann::json::parse(config_to_json(before)), b = nlohmann::json::parse(config_to_json(now));
+  const nlohmann::json a = nlohmann::json::parse(config_to_json(before)),
+                       b = nlohmann::json::parse(config_to_json(now));
   auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
   std::string out;
   for (auto it = a.begin(); it != a.end(); ++it)

@@ -150,8 +150,8 @@ std::string ThreadAdapter::between_steps() {
   set_count(decide(delta, &why));
   changed_ = current_ != before;
   if (!changed_) return "";
-  return std::to_string(current_) + (current_ == 1 ? " thread" : " threads") + " instead of " +
-         std::to_string(before) + ": " + why;
+  return std::to_string(current_) + (current_ == 1 ? " thread" : " threads") + " instead of " + std::to_string(before) +
+         ": " + why;
 }
 
 int ThreadAdapter::decide(const RunQueueTimes& delta, std::string* why) const {
