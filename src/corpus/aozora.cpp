@@ -430,17 +430,10 @@ bool looks_like_aozora(std::string_view utf8) {
 }
 
 std::string undecodable_bytes_text(uint64_t bad, TextEncoding encoding) {
-  switch (encoding) {
-    case TextEncoding::kUtf8:
-      return std::to_string(bad) + " invalid UTF-8 byte(s) dropped (the file is UTF-8), the first here";
-    case TextEncoding::kEucJp:
-      return std::to_string(bad) +
-             " byte(s) neither EUC-JP nor EUC-JIS X 0213 dropped (the file is EUC-JP), the first here";
-    case TextEncoding::kShiftJis:
-      break;
-  }
-  return std::to_string(bad) +
-         " byte(s) neither Shift_JIS X 0213 nor CP932 dropped (the file is Shift_JIS), the first here";
+  const char* what = encoding == TextEncoding::kUtf8    ? "invalid UTF-8 byte(s) dropped (the file is UTF-8)"
+                     : encoding == TextEncoding::kEucJp ? "byte(s) neither EUC-JP nor EUC-JIS X 0213 dropped (the file is EUC-JP)"
+                                                        : "byte(s) neither Shift_JIS X 0213 nor CP932 dropped (the file is Shift_JIS)";
+  return std::to_string(bad) + " " + what + ", the first here";
 }
 
 AozoraText aozora_to_text(std::string_view utf8) {

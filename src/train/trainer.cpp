@@ -308,17 +308,10 @@ std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
   if (!checkpoint) fail(run + ": --resume given but no readable checkpoint in " + run + "/checkpoints");
   // The run goes on from an earlier step: the damaged later files move aside
   // (kept for a look, never over an earlier one), so a later --resume does not
-  // try them again. A file that cannot be read through (an I/O error, not
-  // damage) stays where it is: the rotation never counts files past the run's step.
+  // try them again. Only damage gets here: a file that cannot be opened or
+  // mapped stopped the resume above (FileUnreadable), and one whose pages
+  // cannot be read ends the process in the checksum's reading (SIGBUS).
   for (const std::string& path : damaged) {
-    std::ifstream whole(path, std::ios::binary);
-    std::vector<char> piece(size_t(1) << 20);
-    while (whole.read(piece.data(), std::streamsize(piece.size()))) {
-    }
-    if (!whole.eof()) {
-      std::fprintf(stderr, "ctrl: note: %s cannot be read through; left where it is\n", path.c_str());
-      continue;
-    }
     std::string aside = path + ".damaged";
     for (int n = 1; std::filesystem::exists(aside); ++n) aside = path + ".damaged." + std::to_string(n);
     std::error_code failed;
