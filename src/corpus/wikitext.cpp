@@ -75,6 +75,10 @@ constexpr std::string_view kAsideOpen = "\xEE\x80\x80", kAsideClose = "\xEE\x80\
 // leave U+E002; pass 3 removes the brackets, commas and blank space around it that the markup left
 // without content ("（{{lang|x|}}）"), and then the mark itself. Brackets without a mark are text: "（,）".
 constexpr std::string_view kHole = "\xEE\x80\x82";
+// Where a template gave a value that only the wiki's data could supply (a population from
+// {{自治体人口/…}}, an area, an {{#expr:}}), it leaves U+E003; pass 3 drops the sentence around it, since
+// "推計人口は人である。" would teach a model a sentence with its number missing.
+constexpr std::string_view kUnknownValue = "\xEE\x80\x83";
 
 // Length of the blank space (ASCII space or tab, U+3000, U+00A0) at s[i], or 0.
 size_t blank_at(std::string_view s, size_t i) {
@@ -149,7 +153,7 @@ std::string strip_tags(std::string_view s, uint32_t disabled, std::vector<SetAsi
     }
     const bool self_closing = s[gt - 1] == '/';
     i = gt + 1;
-    if (what == kBreak) {
+    if (what == kBreak || name == "blockquote") {  // a quotation block starts and ends a line
       out.push_back('\n');
       continue;
     }
@@ -251,6 +255,9 @@ enum class Gives {
   kQuote,        // its 1st parameter, or text=/quote=
   kMarked,       // the text a maintenance tag marks: 範囲= only (the tag alone gives nothing)
   kMarkedRange,  // the text a *範囲 tag marks: its 1st parameter or 範囲=
+  kLast,         // its last non-empty positional parameter
+  kCountry,      // a country's name: from its code (the template's name, or parameter 1) or parameter 1
+  kUnknown,      // a value from the wiki's data (population, area, arithmetic): its sentence is dropped
   kLangName,     // "language: text" from parameters 2 and 3
   kReading,      // "word（reading）" from parameters 1 and 2
   kNihongo,      // "word（kanji）" from parameters 1 and 2
@@ -265,7 +272,7 @@ enum class Gives {
   kDotList,      // the positional parameters joined with "・"
 };
 struct TemplateRule {
-  std::string_view name;  // lowercase, '_' as ' '; a trailing '-' matches a prefix
+  std::string_view name;  // lowercase, '_' as ' '; a trailing '-' or '/' matches a prefix
   Gives gives;
   std::string_view doc;
 };
@@ -293,6 +300,14 @@ constexpr TemplateRule kTemplateRules[] = {
     {"読み仮名", Gives::kReading, "\"word（reading）\" (1st, 2nd)"},
     {"読み仮名 ruby不使用", Gives::kReading, "\"word（reading）\" (1st, 2nd)"},
     {"ill2", Gives::kFirst, "the Japanese title (1st)"},
+    {"読み", Gives::kFirst, "the reading (1st)"},
+    {"ピン音", Gives::kFirst, "the pinyin (1st)"},
+    {"transl", Gives::kLast, "the transliteration (last)"},
+    {"jpn", Gives::kCountry, "the country's name (日本); likewise the other country-code templates: USA, CHN, KOR, GBR, …"},
+    {"flag", Gives::kCountry, "the name (1st; a country code gives the country's name)"},
+    {"flagcountry", Gives::kCountry, "the country's name (1st, a code or a name)"},
+    {"自治体人口/", Gives::kUnknown, "a population: the sentence around it is dropped"},
+    {"自治体面積/", Gives::kUnknown, "an area: the sentence around it is dropped"},
     {"convert", Gives::kConvert, "\"number unit\" for plain numbers"},
     {"生年月日と年齢", Gives::kBirthDate, "the date \"Y年M月D日\" (no age: it depends on the day)"},
     {"死亡年月日と没年齢", Gives::kDeathDate, "\"Y年M月D日（N歳没）\""},
@@ -308,6 +323,8 @@ constexpr TemplateRule kTemplateRules[] = {
     {"信頼性要検証範囲", Gives::kMarkedRange, "the marked text (1st or 範囲=)"},
     {"要出典", Gives::kMarked, "the marked text (範囲=); without it, nothing"},
     {"small", Gives::kFirst, "the text (1st)"},
+    {"smaller", Gives::kFirst, "the text (1st)"},
+    {"larger", Gives::kFirst, "the text (1st)"},
     {"large", Gives::kFirst, "the text (1st)"},
     {"big", Gives::kFirst, "the text (1st)"},
     {"nowrap", Gives::kFirst, "the text (1st)"},
@@ -349,9 +366,87 @@ constexpr std::array<std::string_view, 40> kLanguageCodes = {
     "sv", "fi", "pl", "cs", "hu", "tr", "he", "fa", "hi", "th", "vi", "id", "ms", "uk",
     "ro", "da", "no", "is", "ga", "cy", "eo", "sa", "grc", "ain", "mn", "bo"};
 
+// Country-code templates ({{JPN}}, {{USA}} …: a flag and the country's name, which is what they give):
+// the ISO 3166 and IOC codes of the sovereign states (and a few more) with the short names jawiki
+// shows. Matched in capitals only, so that {{col}} stays a layout template and {{COL}} is Colombia.
+constexpr std::pair<std::string_view, std::string_view> kCountries[] = {
+    {"AFG", "アフガニスタン"}, {"AGO", "アンゴラ"}, {"ALB", "アルバニア"},
+    {"ALG", "アルジェリア"}, {"AND", "アンドラ"}, {"ARE", "アラブ首長国連邦"},
+    {"ARG", "アルゼンチン"}, {"ARM", "アルメニア"}, {"ATG", "アンティグア・バーブーダ"},
+    {"AUS", "オーストラリア"}, {"AUT", "オーストリア"}, {"AZE", "アゼルバイジャン"},
+    {"BAN", "バングラデシュ"}, {"BDI", "ブルンジ"}, {"BEL", "ベルギー"}, {"BEN", "ベナン"},
+    {"BFA", "ブルキナファソ"}, {"BGD", "バングラデシュ"}, {"BGR", "ブルガリア"},
+    {"BHR", "バーレーン"}, {"BHS", "バハマ"}, {"BIH", "ボスニア・ヘルツェゴビナ"},
+    {"BLR", "ベラルーシ"}, {"BLZ", "ベリーズ"}, {"BOL", "ボリビア"}, {"BRA", "ブラジル"},
+    {"BRB", "バルバドス"}, {"BRN", "ブルネイ"}, {"BTN", "ブータン"}, {"BUL", "ブルガリア"},
+    {"BWA", "ボツワナ"}, {"CAF", "中央アフリカ共和国"}, {"CAN", "カナダ"}, {"CHE", "スイス"},
+    {"CHI", "チリ"}, {"CHL", "チリ"}, {"CHN", "中国"}, {"CIV", "コートジボワール"},
+    {"CMR", "カメルーン"}, {"COD", "コンゴ民主共和国"}, {"COG", "コンゴ共和国"},
+    {"COL", "コロンビア"}, {"COM", "コモロ"}, {"CPV", "カーボベルデ"}, {"CRI", "コスタリカ"},
+    {"CRO", "クロアチア"}, {"CUB", "キューバ"}, {"CYP", "キプロス"}, {"CZE", "チェコ"},
+    {"DEN", "デンマーク"}, {"DEU", "ドイツ"}, {"DJI", "ジブチ"}, {"DMA", "ドミニカ国"},
+    {"DNK", "デンマーク"}, {"DOM", "ドミニカ共和国"}, {"DZA", "アルジェリア"},
+    {"ECU", "エクアドル"}, {"EGY", "エジプト"}, {"ERI", "エリトリア"}, {"ESP", "スペイン"},
+    {"EST", "エストニア"}, {"ETH", "エチオピア"}, {"EU", "欧州連合"},
+    {"FIN", "フィンランド"}, {"FJI", "フィジー"}, {"FRA", "フランス"},
+    {"FSM", "ミクロネシア連邦"}, {"GAB", "ガボン"}, {"GBR", "イギリス"},
+    {"GEO", "ジョージア"}, {"GER", "ドイツ"}, {"GHA", "ガーナ"}, {"GIN", "ギニア"},
+    {"GMB", "ガンビア"}, {"GNB", "ギニアビサウ"}, {"GNQ", "赤道ギニア"}, {"GRC", "ギリシャ"},
+    {"GRD", "グレナダ"}, {"GRE", "ギリシャ"}, {"GTM", "グアテマラ"}, {"GUA", "グアテマラ"},
+    {"GUY", "ガイアナ"}, {"HKG", "香港"}, {"HND", "ホンジュラス"}, {"HRV", "クロアチア"},
+    {"HTI", "ハイチ"}, {"HUN", "ハンガリー"}, {"IDN", "インドネシア"},
+    {"INA", "インドネシア"}, {"IND", "インド"}, {"IRL", "アイルランド"}, {"IRN", "イラン"},
+    {"IRQ", "イラク"}, {"ISL", "アイスランド"}, {"ISR", "イスラエル"}, {"ITA", "イタリア"},
+    {"JAM", "ジャマイカ"}, {"JOR", "ヨルダン"}, {"JPN", "日本"}, {"KAZ", "カザフスタン"},
+    {"KEN", "ケニア"}, {"KGZ", "キルギス"}, {"KHM", "カンボジア"}, {"KIR", "キリバス"},
+    {"KNA", "セントクリストファー・ネイビス"}, {"KOR", "韓国"}, {"KOS", "コソボ"},
+    {"KSA", "サウジアラビア"}, {"KWT", "クウェート"}, {"LAO", "ラオス"}, {"LBN", "レバノン"},
+    {"LBR", "リベリア"}, {"LBY", "リビア"}, {"LCA", "セントルシア"},
+    {"LIE", "リヒテンシュタイン"}, {"LKA", "スリランカ"}, {"LSO", "レソト"},
+    {"LTU", "リトアニア"}, {"LUX", "ルクセンブルク"}, {"LVA", "ラトビア"}, {"MAC", "マカオ"},
+    {"MAR", "モロッコ"}, {"MAS", "マレーシア"}, {"MCO", "モナコ"}, {"MDA", "モルドバ"},
+    {"MDG", "マダガスカル"}, {"MDV", "モルディブ"}, {"MEX", "メキシコ"},
+    {"MHL", "マーシャル諸島"}, {"MKD", "北マケドニア"}, {"MLI", "マリ"}, {"MLT", "マルタ"},
+    {"MMR", "ミャンマー"}, {"MNE", "モンテネグロ"}, {"MNG", "モンゴル"},
+    {"MOZ", "モザンビーク"}, {"MRT", "モーリタニア"}, {"MUS", "モーリシャス"},
+    {"MWI", "マラウイ"}, {"MYS", "マレーシア"}, {"NAM", "ナミビア"}, {"NED", "オランダ"},
+    {"NER", "ニジェール"}, {"NGA", "ナイジェリア"}, {"NIC", "ニカラグア"},
+    {"NLD", "オランダ"}, {"NOR", "ノルウェー"}, {"NPL", "ネパール"}, {"NRU", "ナウル"},
+    {"NZL", "ニュージーランド"}, {"OMN", "オマーン"}, {"PAK", "パキスタン"},
+    {"PAN", "パナマ"}, {"PAR", "パラグアイ"}, {"PER", "ペルー"}, {"PHI", "フィリピン"},
+    {"PHL", "フィリピン"}, {"PLW", "パラオ"}, {"PNG", "パプアニューギニア"},
+    {"POL", "ポーランド"}, {"POR", "ポルトガル"}, {"PRC", "中華人民共和国"},
+    {"PRI", "プエルトリコ"}, {"PRK", "北朝鮮"}, {"PRT", "ポルトガル"}, {"PRY", "パラグアイ"},
+    {"PSE", "パレスチナ"}, {"QAT", "カタール"}, {"ROC", "中華民国"}, {"ROU", "ルーマニア"},
+    {"RSA", "南アフリカ共和国"}, {"RUS", "ロシア"}, {"RWA", "ルワンダ"},
+    {"SAU", "サウジアラビア"}, {"SDN", "スーダン"}, {"SEN", "セネガル"},
+    {"SGP", "シンガポール"}, {"SIN", "シンガポール"}, {"SLB", "ソロモン諸島"},
+    {"SLE", "シエラレオネ"}, {"SLV", "エルサルバドル"}, {"SMR", "サンマリノ"},
+    {"SOM", "ソマリア"}, {"SRB", "セルビア"}, {"SSD", "南スーダン"},
+    {"STP", "サントメ・プリンシペ"}, {"SUI", "スイス"}, {"SUR", "スリナム"},
+    {"SVK", "スロバキア"}, {"SVN", "スロベニア"}, {"SWE", "スウェーデン"},
+    {"SWZ", "エスワティニ"}, {"SYC", "セーシェル"}, {"SYR", "シリア"}, {"TCD", "チャド"},
+    {"TGO", "トーゴ"}, {"THA", "タイ"}, {"TJK", "タジキスタン"}, {"TKM", "トルクメニスタン"},
+    {"TLS", "東ティモール"}, {"TON", "トンガ"}, {"TTO", "トリニダード・トバゴ"},
+    {"TUN", "チュニジア"}, {"TUR", "トルコ"}, {"TUV", "ツバル"}, {"TWN", "台湾"},
+    {"TZA", "タンザニア"}, {"UAE", "アラブ首長国連邦"}, {"UGA", "ウガンダ"},
+    {"UK", "イギリス"}, {"UKR", "ウクライナ"}, {"URU", "ウルグアイ"}, {"URY", "ウルグアイ"},
+    {"USA", "アメリカ合衆国"}, {"UZB", "ウズベキスタン"}, {"VAT", "バチカン"},
+    {"VCT", "セントビンセント・グレナディーン"}, {"VEN", "ベネズエラ"},
+    {"VIE", "ベトナム"}, {"VNM", "ベトナム"}, {"VUT", "バヌアツ"}, {"WSM", "サモア"},
+    {"YEM", "イエメン"}, {"ZAF", "南アフリカ共和国"}, {"ZMB", "ザンビア"},
+    {"ZWE", "ジンバブエ"}};
+
+std::string_view country_name(std::string_view code) {
+  for (const auto& [c, name] : kCountries)
+    if (code == c) return name;
+  return {};
+}
+
 const TemplateRule* find_rule(const std::string& name) {
   for (const auto& r : kTemplateRules) {
-    if (r.name.back() == '-' ? starts_with(name, r.name) : name == r.name) return &r;
+    const char last = r.name.back();
+    if (last == '-' || last == '/' ? starts_with(name, r.name) : name == r.name) return &r;
   }
   if (in(kLanguageCodes, name)) return find_rule("en");
   return nullptr;
@@ -397,8 +492,11 @@ std::string template_text(std::string_view content, bool in_table, const Wikitex
   std::string name = lower(trim(parts[0]));
   for (size_t h; (h = name.find(kHole)) != std::string::npos;) name.erase(h, kHole.size());
   name = lower(trim(name));
+  const std::string_view own_country = country_name(trim(parts[0]));  // {{JPN}}
+  if (!own_country.empty()) name = "jpn";
   for (char& c : name) if (c == '_') c = ' ';
   if (starts_with(name, "formatnum:")) return std::string(trim(trim(parts[0]).substr(10)));
+  if (starts_with(name, "#expr:")) return options.disabled_rules & kWikitextContentTemplates ? "" : std::string(kUnknownValue);
   const TemplateRule* rule = find_rule(name);
   if (!rule || rule->name == options.disabled_template) return "";
   const bool layout = rule->gives == Gives::kLayout || rule->gives == Gives::kLines;
@@ -417,6 +515,17 @@ std::string template_text(std::string_view content, bool in_table, const Wikitex
   switch (rule->gives) {
     case Gives::kFirst: return arg(0);
     case Gives::kSecond: return arg(1);
+    case Gives::kLast: {
+      for (size_t k = params.positional.size(); k-- > 0;)
+        if (!params.positional[k].empty()) return std::string(params.positional[k]);
+      return "";
+    }
+    case Gives::kCountry: {
+      if (!own_country.empty()) return std::string(own_country);
+      const std::string_view named = country_name(params.arg(0));  // {{flag|JPN}}
+      return named.empty() ? arg(0) : std::string(named);
+    }
+    case Gives::kUnknown: return std::string(kUnknownValue);
     case Gives::kQuote: {
       for (std::string_view key : {"text", "quote", "引用文"})
         if (!params.get(key).empty()) return std::string(params.get(key));
@@ -469,10 +578,12 @@ std::string template_text(std::string_view content, bool in_table, const Wikitex
 
 // ---- tables
 
-// Whether s holds more than blank space and hole marks.
+// Whether s holds more than blank space, hole marks and unknown values (a cell of {{自治体人口/…}} is empty).
 bool has_text(std::string_view s) {
   bool holes = false;
-  return skip_blanks(s, 0, &holes) < s.size();
+  for (size_t i = skip_blanks(s, 0, &holes); i < s.size(); i = skip_blanks(s, i + kUnknownValue.size(), &holes))
+    if (s.compare(i, kUnknownValue.size(), kUnknownValue) != 0) return true;
+  return false;
 }
 
 // A cell "attrs | content" -> content; *spans set when the attributes hold rowspan or colspan.
@@ -798,6 +909,9 @@ std::string tidy_holes(std::string&& line, bool tidy) {
       const size_t j = skip_blanks(s, i, &holes);
       if (!holes) {
         r.append(s, i, j - i);
+      } else if (j < s.size() && s.compare(j, 3, "。") == 0 && r.size() >= 3 && r.compare(r.size() - 3, 3, "。") == 0) {
+        i = j + 3;  // "。<ref>…</ref>。": one full stop
+        continue;
       } else if (i > 0 && j < s.size() && !match(kStop, 4, j)) {
         // Inside the line: the first blank of the run, if any ("は {{x}} から" -> "は から", "前{{x}}後" -> "前後").
         for (size_t k = i; k < j;) {
@@ -814,6 +928,47 @@ std::string tidy_holes(std::string&& line, bool tidy) {
     r.push_back(s[i++]);
   }
   return r;
+}
+
+// Drops each sentence that holds an unknown value (kUnknownValue): from after the 。 before it (or the
+// line's start) to its own 。 (or the line's end). A hole mark takes its place, for tidy_holes. Values in
+// brackets of their own ("ランキング（{{自治体人口/栃木県|source}} {{自治体人口/栃木県|date}}）", a
+// source and a date) are holes instead: the brackets go and the sentence stays.
+std::string drop_unknown_sentences(std::string&& line) {
+  auto mark_at = [&](size_t i) {
+    return line.compare(i, 3, kUnknownValue) == 0 || line.compare(i, 3, kHole) == 0;
+  };
+  auto before = [&](size_t i) {  // start of the blank space and marks that end at i
+    for (;;) {
+      if (i >= 3 && (mark_at(i - 3) || line.compare(i - 3, 3, "\xE3\x80\x80") == 0)) i -= 3;
+      else if (i >= 1 && (line[i - 1] == ' ' || line[i - 1] == '\t')) i -= 1;
+      else return i;
+    }
+  };
+  auto after = [&](size_t i) {  // end of the blank space and marks that start at i
+    for (;;) {
+      if (mark_at(i) || line.compare(i, 3, "\xE3\x80\x80") == 0) i += 3;
+      else if (i < line.size() && (line[i] == ' ' || line[i] == '\t')) i += 1;
+      else return i;
+    }
+  };
+  auto ends_with_at = [&](size_t end, std::string_view w) {
+    return end >= w.size() && line.compare(end - w.size(), w.size(), w) == 0;
+  };
+  for (size_t at; (at = line.find(kUnknownValue)) != std::string::npos;) {
+    const size_t open = before(at), close = after(at);
+    if ((ends_with_at(open, "（") && line.compare(close, 3, "）") == 0) ||
+        (ends_with_at(open, "(") && line.compare(close, 1, ")") == 0)) {
+      line.replace(at, kUnknownValue.size(), kHole);
+      continue;
+    }
+    const size_t stop_before = at == 0 ? std::string::npos : line.rfind("。", at - 1);
+    const size_t begin = stop_before == std::string::npos ? 0 : stop_before + 3;
+    const size_t stop = line.find("。", at);
+    const size_t end = stop == std::string::npos ? line.size() : stop + 3;
+    line.replace(begin, end - begin, kHole);
+  }
+  return std::move(line);
 }
 
 // ---------------------------------------------------------------- pass 4: what was set aside
@@ -866,7 +1021,7 @@ std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& o
   std::string own;
   auto is_mark = [&](size_t i) {
     return wikitext.compare(i, 3, kAsideOpen) == 0 || wikitext.compare(i, 3, kAsideClose) == 0 ||
-           wikitext.compare(i, 3, kHole) == 0;
+           wikitext.compare(i, 3, kHole) == 0 || wikitext.compare(i, 3, kUnknownValue) == 0;
   };
   if (wikitext.find("\xEE\x80") != std::string_view::npos) {
     own.reserve(wikitext.size());
@@ -890,8 +1045,10 @@ std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& o
     size_t end = flat.find('\n', start);
     if (end == std::string::npos) end = flat.size();
     // Quotes, external links and magic words out; then what dropped markup left empty.
-    const std::string cleaned = tidy_holes(clean_inline(std::string_view(flat).substr(start, end - start)),
-                                           !(disabled & kWikitextEmptyBrackets));
+    const std::string_view raw = std::string_view(flat).substr(start, end - start);
+    const bool unknown_values = raw.find(kUnknownValue) != std::string_view::npos;
+    const std::string cleaned =
+        tidy_holes(drop_unknown_sentences(clean_inline(raw)), !(disabled & kWikitextEmptyBrackets));
     start = end + 1;
     std::string_view line = cleaned;
     std::string_view heading;
@@ -916,10 +1073,11 @@ std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& o
     }
     const std::string_view t = trim(text);
     if (t.empty()) {
-      blank_pending = !out.empty();
+      blank_pending = blank_pending || (!out.empty() && !unknown_values);  // a dropped list item breaks no list
       continue;
     }
     if (blank_pending) out += '\n';
+    else if (!out.empty() && (starts_with(t, "。") || starts_with(t, "、"))) out.pop_back();  // "…とした\n<ref/>。"
     blank_pending = false;
     out.append(t);
     out += '\n';
