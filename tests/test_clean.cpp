@@ -10,6 +10,10 @@ TEST(Clean, NfkcFoldsWidthAndCompatibilityForms) {
   // Half-width katakana, full-width Latin and digits, circled digit, ideographic space.
   EXPECT_EQ(normalize_nfkc("ｶﾀｶﾅ ＡＢＣ１２３ ①"), "カタカナ ABC123 1");
   EXPECT_EQ(clean_text("ｶﾞｯｺｳ\u3000で　ＡＩ"), "ガッコウ で AI");
+  // The spacing sound marks stay whole (NFKC would make each a space and a combining mark).
+  EXPECT_EQ(clean_text("宝石強盗゛黒猫゛と ゜"), "宝石強盗゛黒猫゛と ゜");
+  EXPECT_EQ(clean_text(clean_text("゛")), "゛");
+  EXPECT_EQ(clean_text("ｶﾞ"), "ガ");  // a half-width voiced mark still joins its kana
   // Already normalized Japanese is unchanged.
   EXPECT_EQ(clean_text("日本語の文章です。"), "日本語の文章です。");
 }

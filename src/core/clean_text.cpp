@@ -84,12 +84,30 @@ std::string tidy(std::string_view text) {
   return out;
 }
 
+// NFKC takes the spacing sound marks ゛ and ゜ (U+309B/C) apart into a space and a combining mark
+// (U+3099/A), so that "宝石強盗゛黒猫゛" would read "宝石強盗 ゙黒猫 ゙": they are put back together.
+std::string join_spacing_sound_marks(std::string&& text) {
+  if (text.find(" \xE3\x82\x99") == std::string::npos && text.find(" \xE3\x82\x9A") == std::string::npos)
+    return std::move(text);
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text.compare(i, 3, " \xE3\x82") == 0 && i + 3 < text.size() && (text[i + 3] == '\x99' || text[i + 3] == '\x9A')) {
+      out += text[i + 3] == '\x99' ? "゛" : "゜";
+      i += 3;
+    } else {
+      out.push_back(text[i]);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string clean_text(std::string_view text) {
   // Tidy first (drops invalid bytes and controls), normalize, tidy again
   // (NFKC turns e.g. U+3000 and U+00A0 into spaces that must collapse).
-  return tidy(normalize_nfkc(tidy(text)));
+  return tidy(join_spacing_sound_marks(normalize_nfkc(tidy(text))));
 }
 
 uint64_t count_chars(std::string_view utf8) {

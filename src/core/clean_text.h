@@ -13,7 +13,7 @@ namespace ctrl {
 // NFKC (ICU). Invalid UTF-8 sequences become U+FFFD before normalizing.
 std::string normalize_nfkc(std::string_view text);
 
-// Promises: NFKC; \r\n, \r, U+2028/2029 become \n; tabs and every other
+// Promises: NFKC, except that the spacing sound marks ゛ ゜ stay whole; \r\n, \r, U+2028/2029 become \n; tabs and every other
 // Unicode space become ' '; control (Cc except \n), format (Cf), private-use
 // and unassigned code points and U+FFFD are removed; runs of spaces collapse to
 // one; lines are trimmed; runs of blank lines collapse to one blank line; no
