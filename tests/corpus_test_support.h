@@ -19,10 +19,12 @@ struct Collected {
   ctrl::ReadStats stats;
 };
 
-inline Collected read_path(const std::string& path, const std::string& code = "Web") {
+inline Collected read_path(const std::string& path, const std::string& code = "Web",
+                           size_t max_document_bytes = ctrl::ReaderOptions().max_document_bytes) {
   Collected c;
   ctrl::ReaderOptions options;
   options.max_warnings_printed = 0;
+  options.max_document_bytes = max_document_bytes;
   c.stats = ctrl::read_source({code, path}, options, [&](ctrl::Document&& d) { c.docs.push_back(std::move(d)); });
   return c;
 }

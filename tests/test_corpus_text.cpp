@@ -38,6 +38,41 @@ TEST(CorpusText, PlainTextFileIsOneDocumentAndBadBytesAreWarnings) {
   EXPECT_EQ(read_path(dir + "/empty.txt").stats.dropped.at("empty"), 1u);
 }
 
+// A text file longer than a document may be (a whole corpus in one .txt) is read as several documents,
+// cut at blank lines, else at line ends, else between characters: nothing of it is lost.
+TEST(CorpusText, ALongPlainTextFileIsSplitIntoDocumentsNotCut) {
+  const std::string dir = temp_dir("long");
+  std::string text;
+  for (int k = 0; k < 40; ++k) text += "第" + std::to_string(k) + "段落の文。\n続きの行。\n\n";
+  ctrl::write_file_atomically(dir + "/corpus.txt", text);
+  const Collected c = read_path(dir + "/corpus.txt", "Web", 100);
+  ASSERT_GT(c.docs.size(), 10u);
+  std::string joined;
+  for (const auto& d : c.docs) {
+    EXPECT_LE(d.text.size(), 100u);
+    EXPECT_EQ(d.text.find("第"), 0u) << d.text;  // every piece starts at a paragraph
+    joined += d.text + "\n\n";
+  }
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(c.stats.warnings, 1u);  // said once
+  // One paragraph longer than a document: cut at line ends; one line: between characters.
+  const std::string line(300, 'a'), kana = "あいうえお" + std::string(40, 'x') + "かきくけこ";
+  ctrl::write_file_atomically(dir + "/lines.txt", line + "\n" + line);
+  const Collected lines = read_path(dir + "/lines.txt", "Web", 128);
+  std::string back;
+  for (const auto& d : lines.docs) back += d.text;
+  EXPECT_EQ(back, line + line);
+  std::string repeated;
+  for (int k = 0; k < 10; ++k) repeated += kana;
+  ctrl::write_file_atomically(dir + "/chars.txt", repeated);
+  std::string chars;
+  for (const auto& d : read_path(dir + "/chars.txt", "Web", 32).docs) {
+    EXPECT_EQ(ctrl::sanitize_utf8(d.text, nullptr), d.text);  // no character cut in two
+    chars += d.text;
+  }
+  EXPECT_EQ(chars, repeated);
+}
+
 // What ctrl cannot read is named for what it is, not read as binary or as
 // garbled Shift_JIS: other compressions, UTF-16, a pipe, an empty directory.
 TEST(CorpusText, UnreadableKindsAreNamed) {

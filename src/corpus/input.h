@@ -17,6 +17,9 @@ struct ReaderOptions {
   int threads = 0;                     // 0 = all cores
   bool drop_trailing_sections = true;  // Wikipedia: cut 脚注, 参考文献, 関連項目, 外部リンク, 出典, 注釈 ... sections
   size_t max_warnings_printed = 20;    // after that, warnings are only counted
+  // A plain-text file longer than this is split at blank lines into documents of at most this length
+  // (a document is cleaned and spooled whole; the spool's records are 32-bit).
+  size_t max_document_bytes = size_t(64) << 20;
 };
 
 // Counts problems found in the input; prints the first max_printed to stderr

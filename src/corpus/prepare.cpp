@@ -58,6 +58,7 @@ struct CodeSpool {
 };
 
 void write_record(CodeSpool& spool, const std::string& text) {
+  CTRL_ASSERT(text.size() <= UINT32_MAX);  // the readers bound a document (ReaderOptions::max_document_bytes)
   const uint32_t n = uint32_t(text.size());
   if (std::fwrite(&n, 4, 1, spool.file.get()) != 1 || std::fwrite(text.data(), 1, n, spool.file.get()) != n)
     fail_write(spool.path);

@@ -28,6 +28,20 @@ std::string normalize_newlines(std::string_view s) {
   return out;
 }
 
+// Where to end a piece of text[start, end) of at most `limit` bytes: after its last blank line,
+// else after its last line end, else at its last character boundary.
+size_t split_point(const std::string& text, size_t start, size_t limit) {
+  const size_t end = start + limit;
+  if (end >= text.size()) return text.size();
+  const size_t blank = text.rfind("\n\n", end - 2);
+  if (blank != std::string::npos && blank > start) return blank + 2;
+  const size_t line = text.rfind('\n', end - 1);
+  if (line != std::string::npos && line > start) return line + 1;
+  size_t cut = end;
+  while (cut > start + 1 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return cut;
+}
+
 }  // namespace
 
 void read_plain_text(std::string_view bytes, const std::string& file, ReadContext& context) {
@@ -36,14 +50,33 @@ void read_plain_text(std::string_view bytes, const std::string& file, ReadContex
   TextEncoding encoding = TextEncoding::kUtf8;
   const std::string text = decode_japanese_bytes(bytes, &invalid, &first, &encoding);  // UTF-8, EUC-JP or Shift_JIS
   if (invalid > 0) context.warnings.warn(file, first, undecodable_bytes_text(invalid, encoding));
-  Document d;
-  d.text = normalize_newlines(text);
-  d.origin = file;
-  if (d.text.empty()) {
+  std::string whole = normalize_newlines(text);
+  if (whole.empty()) {
     context.stats.drop("empty");
     return;
   }
-  context.emit(std::move(d));
+  const size_t limit = std::max<size_t>(context.options.max_document_bytes, 16);
+  if (whole.size() <= limit) {
+    Document d;
+    d.text = std::move(whole);
+    d.origin = file;
+    context.emit(std::move(d));
+    return;
+  }
+  size_t pieces = 0;
+  for (size_t start = 0; start < whole.size();) {
+    const size_t end = split_point(whole, start, limit);
+    Document d;
+    d.text = normalize_newlines(std::string_view(whole).substr(start, end - start));
+    d.origin = file + ":" + std::to_string(start);
+    start = end;
+    if (d.text.empty()) continue;
+    context.emit(std::move(d));
+    ++pieces;
+  }
+  context.warnings.warn(file, 0, std::to_string(whole.size()) + " bytes of text, more than one document holds (" +
+                                     std::to_string(limit) + "): read as " + std::to_string(pieces) +
+                                     " documents, split at blank lines");
 }
 
 void read_json_lines(ByteStream& stream, const std::string& file, ReadContext& context) {
