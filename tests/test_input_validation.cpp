@@ -355,6 +355,34 @@ TEST(BadInputCheckpoint, ResumePastADamagedCheckpointKeepsWhatItWrites) {
   fs::remove_all(run);
 }
 
+// Step numbers past 8 digits: step-100000000.ckpt is later than step-99999000.ckpt, though it sorts
+// before it as text (resume and pruning took the older one).
+TEST(BadInputCheckpoint, CheckpointsPastStep99999999StayInStepOrder) {
+  const std::string run = ::testing::TempDir() + "/ckpt_order";
+  fs::remove_all(run);
+  fs::create_directories(run + "/checkpoints");
+  for (int64_t step : {99998000, 99999000, 100000000, 100001000}) write_file_atomically(checkpoint_path(run, step), "x");
+  const std::vector<std::string> in_order = {checkpoint_path(run, 99998000), checkpoint_path(run, 99999000),
+                                             checkpoint_path(run, 100000000), checkpoint_path(run, 100001000)};
+  EXPECT_EQ(list_checkpoints(run), in_order);
+  prune_checkpoints(run, 2, 100001000);
+  EXPECT_EQ(list_checkpoints(run), std::vector<std::string>(in_order.begin() + 2, in_order.end()));
+  fs::remove_all(run);
+}
+
+// Synthetic sequences (ctrl bench, a run without --data) longer than 256 tokens are each their own
+// draw, not their neighbour's tokens shifted by 256.
+TEST(BadInputCheckpoint, SyntheticSequencesLongerThan256AreIndependent) {
+  for (int64_t T : {256, 512, 2048}) {
+    const Batches b = Batches::synthetic(32000, T, 1);
+    std::vector<int32_t> tokens(size_t(2 * T)), targets(size_t(2 * T));
+    b.train(0, 2, tokens.data(), targets.data());
+    int64_t equal = 0;
+    for (int64_t t = 0; t + 256 < T; ++t) equal += targets[size_t(t + 256)] == targets[size_t(T + t)];
+    EXPECT_LT(equal, 3) << "T " << T;  // one in 32,000 by chance
+  }
+}
+
 // A resume says where it goes on, and which training settings this command
 // changes: a forgotten --set (train.steps=7 on the first start) once resumed
 // silently into the preset's 600 steps.

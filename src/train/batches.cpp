@@ -1,5 +1,7 @@
 #include "train/batches.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -64,8 +66,11 @@ void Batches::fill(size_t code, const TokenStream* stream, uint64_t offset, int3
 }
 
 void Batches::train(int64_t first, int64_t n, int32_t* tokens, int32_t* targets) const {
+  // Sequence g draws from counters g·stride on: a real sequence draws once, a synthetic one T times,
+  // so that sequences longer than 256 do not repeat their neighbour's tokens shifted.
+  const uint64_t stride = uint64_t(std::max<int64_t>(256, synthetic_vocab_ ? T_ : 1));
   for (int64_t i = 0; i < n; ++i) {
-    CounterRng rng{seed_, kSamplingStream, uint64_t(first + i) << 8};
+    CounterRng rng{seed_, kSamplingStream, uint64_t(first + i) * stride};
     int32_t* tok = tokens + i * T_;
     int32_t* tgt = targets + i * T_;
     if (synthetic_vocab_) {

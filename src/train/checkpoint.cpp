@@ -370,6 +370,12 @@ std::string model_checkpoint(const std::string& path) {
   return found.back();
 }
 
+// Checkpoint paths in step order: step numbers are zero-padded to 8 digits, so a longer name (step
+// 100,000,000 and later) is a later step, and names of one length sort as their steps.
+static bool step_order(const std::string& a, const std::string& b) {
+  return a.size() != b.size() ? a.size() < b.size() : a < b;
+}
+
 std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   std::vector<std::string> out;
   const std::string dir = run_dir + "/checkpoints";
@@ -379,14 +385,14 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
     if (name.rfind("step-", 0) == 0 && name.size() > 5 && name.substr(name.size() - 5) == ".ckpt")
       out.push_back(e.path().string());
   }
-  std::sort(out.begin(), out.end());  // zero-padded step numbers sort in order
+  std::sort(out.begin(), out.end(), step_order);
   return out;
 }
 
 void prune_checkpoints(const std::string& run_dir, int64_t keep, int64_t step) {
   auto all = list_checkpoints(run_dir);
-  const std::string newest = checkpoint_path(run_dir, step);  // zero-padded: names sort as steps
-  all.erase(std::upper_bound(all.begin(), all.end(), newest), all.end());
+  const std::string newest = checkpoint_path(run_dir, step);
+  all.erase(std::upper_bound(all.begin(), all.end(), newest, step_order), all.end());
   for (size_t i = 0; i + size_t(keep) < all.size(); ++i) std::filesystem::remove(all[i]);
 }
 
