@@ -147,6 +147,19 @@ TEST(Safetensors, RoundTripAndValidation) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("bad.safetensors"), std::string::npos);
   }
+  // A shape whose element count wraps around 2^64 ([2^62, 4] is 0 elements modulo 2^64) is refused,
+  // not taken for an empty tensor.
+  const std::string header = R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})";
+  std::string crafted(8, '\0');
+  const uint64_t length = header.size();
+  std::memcpy(crafted.data(), &length, 8);
+  write_file_atomically(dir + "/wrap.safetensors", crafted + header);
+  try {
+    SafetensorsReader wrap(dir + "/wrap.safetensors");
+    FAIL() << "a wrapping shape was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more elements than"), std::string::npos) << e.what();
+  }
 }
 
 // A mapped file read once (a checkpoint verified or loaded) leaves the

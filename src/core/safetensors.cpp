@@ -57,9 +57,16 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : file_(path) {
     TensorInfo info;
     if (!v["dtype"].is_string() || !parse_dtype(v["dtype"].get<std::string>(), &info.dtype))
       fail(where + ": unsupported dtype " + v["dtype"].dump());
+    if (!v["shape"].is_array()) fail(where + ": bad shape " + v["shape"].dump());
+    uint64_t elements = 1;  // bounded by the data bytes, so that a crafted shape cannot wrap numel()
     for (const auto& d : v["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) fail(where + ": bad shape " + v["shape"].dump());
-      info.shape.push_back(d.get<int64_t>());
+      const uint64_t extent = uint64_t(d.get<int64_t>());
+      if (extent > 0 && elements > data_size / extent)
+        fail(where + ": shape " + v["shape"].dump() + " holds more elements than the file's " +
+             std::to_string(data_size) + " data bytes");
+      elements *= extent;
+      info.shape.push_back(int64_t(extent));
     }
     const auto& off = v["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
