@@ -201,18 +201,31 @@ ControlAccuracy control_accuracy(Model& model, const Dataset& data, const Tokeni
   a.ceiling_confusion.assign(K, std::vector<int64_t>(K, 0));
   const size_t len = size_t(a.sample_tokens);
   for (size_t c = 0; c < K; ++c) {
+    // Where the snippets are (offset, length), found in pieces of the stream: only those classified
+    // are read whole, so a held-out split of billions of tokens is never copied.
     const TokenStream& s = data.valid(c);
-    std::vector<std::vector<int32_t>> snippets;
-    for (const auto& doc : split_documents(read_stream(s, 0, s.size()), eos))
-      for (size_t at = 0; at < doc.size(); at += len) {
-        const size_t n = std::min(len, doc.size() - at);
+    std::vector<std::pair<uint64_t, size_t>> snippets;
+    auto cut = [&](uint64_t begin, uint64_t end) {  // the document s[begin, end)
+      for (uint64_t at = begin; at < end; at += len) {
+        const size_t n = size_t(std::min<uint64_t>(len, end - at));
         // A document's short tail is not a snippet of its own (unless it is the whole document).
-        if (at > 0 && n < len / 2) break;
-        snippets.emplace_back(doc.begin() + ptrdiff_t(at), doc.begin() + ptrdiff_t(at + n));
+        if (at > begin && n < len / 2) break;
+        snippets.emplace_back(at, n);
       }
+    };
+    uint64_t doc_begin = 0;
+    constexpr uint64_t kPiece = uint64_t(1) << 20;
+    for (uint64_t start = 0; start < s.size(); start += kPiece) {
+      const std::vector<int32_t> piece = read_stream(s, start, std::min(kPiece, s.size() - start));
+      for (size_t k = 0; k < piece.size(); ++k)
+        if (piece[k] == eos) cut(doc_begin, start + k), doc_begin = start + k + 1;
+    }
+    cut(doc_begin, s.size());
     const size_t take = std::min(snippets.size(), size_t(std::max<int64_t>(o.ceiling_snippets, 0)));
-    for (size_t i = 0; i < take; ++i)
-      ++a.ceiling_confusion[c][classifier.classify(tokenizer.decode(snippets[i * snippets.size() / take]))];
+    for (size_t i = 0; i < take; ++i) {
+      const auto [offset, n] = snippets[i * snippets.size() / take];
+      ++a.ceiling_confusion[c][classifier.classify(tokenizer.decode(read_stream(s, offset, n)))];
+    }
   }
 
   // 3. Samples under each code, labelled.
