@@ -38,6 +38,7 @@ TEST(CorpusWikitext, ReadingsTransliterationsAndCountryNamesKeepTheirText) {
             "フランス語の télévision（テレヴィジオン）に由来する。");
   EXPECT_EQ(wikitext_to_text("北京語で{{ピン音|Xīnxiè}}（シンシエ）と発音する"), "北京語でXīnxiè（シンシエ）と発音する");
   EXPECT_EQ(wikitext_to_text("（ラテン翻字: {{transl|ar|DIN|Miṣr}}）"), "（ラテン翻字: Miṣr）");
+  EXPECT_EQ(wikitext_to_text("A{{transl|ar|Miṣr}}B{{transl|ar|}}C"), "AMiṣrBC");  // never the language code
   EXPECT_EQ(wikitext_to_text("（{{Smaller|ドイツ語: レプブリーク}}）"), "（ドイツ語: レプブリーク）");
   EXPECT_EQ(wikitext_to_text("（{{JPN}}・下関港国際ターミナル ― {{KOR}}・釜山）"), "（日本・下関港国際ターミナル ― 韓国・釜山）");
   EXPECT_EQ(wikitext_to_text("* {{USA}}[[モンタナ州]]"), "アメリカ合衆国モンタナ州");
@@ -53,9 +54,21 @@ TEST(CorpusWikitext, SentencesWithValuesOnlyTheWikiKnowsAreDropped) {
   EXPECT_EQ(wikitext_to_text("面積は{{formatnum:{{自治体面積/岩手県|岩手県}}}}km<sup>2</sup>で、広い。\n次の段落。"),
             "次の段落。");
   EXPECT_EQ(wikitext_to_text("人口は{{formatnum:{{#expr:{{自治体人口/北海道|札幌市}}/10000 round 0}}}}万人。"), "");
-  EXPECT_EQ(wikitext_to_text("* 中通り {{自治体人口/福島県|中通り}}人\n* 会津"), "会津");
-  // In a table such a cell is empty, as before: the row keeps its other cells.
+  EXPECT_EQ(wikitext_to_text("* 札幌\n* 中通り {{自治体人口/福島県|中通り}}人\n* 会津"), "札幌\n会津");  // no gap left
+  // Other stops end a sentence too; a stop inside a quotation does not.
+  EXPECT_EQ(wikitext_to_text("A。人口は{{自治体人口/x|y}}人！次の文。"), "A。次の文。");
+  EXPECT_EQ(wikitext_to_text("A。彼は「人口は{{自治体人口/x|y}}人。」と述べた。次。"), "A。次。");
+  // In brackets, the brackets go and the sentence stays; in a heading or a ;title only the value goes.
+  EXPECT_EQ(wikitext_to_text("以下、人口は推計人口（総人口は{{自治体人口/福島県|福島県}}人）による。"), "以下、人口は推計人口による。");
+  EXPECT_EQ(wikitext_to_text("; 秋田周辺地域（{{formatnum:{{#expr:{{自治体人口/秋田県|x}}}}}}人）\n* 秋田市"),
+            "秋田周辺地域\n秋田市");
+  EXPECT_EQ(wikitext_to_text("A。\n== 脚注 ==\nx\n== 人口{{自治体人口/x|date}}現在 ==\n本文。"), "A。\n人口\n本文。");
+  EXPECT_EQ(wikitext_to_text("=== 県北地方振興局管内 {{自治体人口/福島県|県北}}人 ===\n本文"), "県北地方振興局管内\n本文");
+  // In a table a cell with such a value is empty, as one of the template alone was: the row keeps the rest.
   EXPECT_EQ(wikitext_to_text("{|\n|-\n| 札幌市 || {{自治体人口/北海道|札幌市}} || 道央\n|-\n| 旭川市 || 1 || 道北\n|}"),
+            "札幌市 | 道央\n旭川市 | 1 | 道北");
+  EXPECT_EQ(wikitext_to_text("{|\n|-\n| 札幌市 || {{formatnum:{{自治体人口/北海道|札幌市}}}}人 || 道央\n|-\n| 旭川市 || 1 || "
+                             "道北\n|}"),
             "札幌市 | 道央\n旭川市 | 1 | 道北");
   // A page cannot forge the mark (U+E003).
   EXPECT_EQ(wikitext_to_text("A\xEE\x80\x83" "B。C"), "AB。C");
@@ -66,9 +79,16 @@ TEST(CorpusWikitext, AFootnoteBetweenFullStopsOrLinesLeavesOneSentence) {
   EXPECT_EQ(wikitext_to_text("発言している。<ref>[https://x.jp 参考]</ref>。次の文。"), "発言している。次の文。");
   EXPECT_EQ(wikitext_to_text("断言できないとしている{{Sfn|山田|2001}}\n。次の文。"), "断言できないとしている。次の文。");
   EXPECT_EQ(wikitext_to_text("神奈川県出身 \n<ref name=\"a\">x</ref>。女性。"), "神奈川県出身。女性。");
+  EXPECT_EQ(wikitext_to_text("した。<ref>x</ref>\n。次"), "した。次");
   EXPECT_EQ(wikitext_to_text("段落。\n\n。で始まる段落"), "段落。\n\n。で始まる段落");  // a blank line stays a break
+  // Only a paragraph's line joins the one before, and only a paragraph's line takes it.
+  EXPECT_EQ(wikitext_to_text("== 概要 ==\n<ref>x</ref>。本文。"), "概要\n。本文。");
+  EXPECT_EQ(wikitext_to_text("* 項目A\n、項目B"), "項目A\n、項目B");
+  EXPECT_EQ(wikitext_to_text("文\n* 、項目"), "文\n、項目");
   EXPECT_EQ(wikitext_to_text("目的とする。<blockquote>（80条）出版権者は</blockquote>続く文"),
             "目的とする。\n（80条）出版権者は\n続く文");
+  // In a table cell a quotation is a space: a line break would make the table no longer simple.
+  EXPECT_EQ(wikitext_to_text("{|\n|-\n| a<blockquote>q</blockquote>x || b\n|-\n| c || d\n|}"), "a q x | b\nc | d");
 }
 
 TEST(CorpusWikitext, TagsCommentsEntities) {

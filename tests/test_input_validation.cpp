@@ -364,6 +364,7 @@ TEST(BadInputCheckpoint, CheckpointsPastStep99999999StayInStepOrder) {
   for (int64_t step : {99998000, 99999000, 100000000, 100001000}) write_file_atomically(checkpoint_path(run, step), "x");
   const std::vector<std::string> in_order = {checkpoint_path(run, 99998000), checkpoint_path(run, 99999000),
                                              checkpoint_path(run, 100000000), checkpoint_path(run, 100001000)};
+  write_file_atomically(run + "/checkpoints/step-99999000.best.ckpt", "x");  // a copy is not the newest
   EXPECT_EQ(list_checkpoints(run), in_order);
   prune_checkpoints(run, 2, 100001000);
   EXPECT_EQ(list_checkpoints(run), std::vector<std::string>(in_order.begin() + 2, in_order.end()));

@@ -33,10 +33,11 @@ std::string normalize_newlines(std::string_view s) {
 size_t split_point(const std::string& text, size_t start, size_t limit) {
   const size_t end = start + limit;
   if (end >= text.size()) return text.size();
-  const size_t blank = text.rfind("\n\n", end - 2);
-  if (blank != std::string::npos && blank > start) return blank + 2;
-  const size_t line = text.rfind('\n', end - 1);
-  if (line != std::string::npos && line > start) return line + 1;
+  const std::string_view piece = std::string_view(text).substr(start, limit);  // searched only here: linear
+  const size_t blank = piece.rfind("\n\n");
+  if (blank != std::string_view::npos && blank > 0) return start + blank + 2;
+  const size_t line = piece.rfind('\n');
+  if (line != std::string_view::npos && line > 0) return start + line + 1;
   size_t cut = end;
   while (cut > start + 1 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
   return cut;
@@ -76,7 +77,7 @@ void read_plain_text(std::string_view bytes, const std::string& file, ReadContex
   }
   context.warnings.warn(file, 0, std::to_string(whole.size()) + " bytes of text, more than one document holds (" +
                                      std::to_string(limit) + "): read as " + std::to_string(pieces) +
-                                     " documents, split at blank lines");
+                                     " documents, split at blank lines where it has them");
 }
 
 void read_json_lines(ByteStream& stream, const std::string& file, ReadContext& context) {

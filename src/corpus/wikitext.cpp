@@ -79,6 +79,9 @@ constexpr std::string_view kHole = "\xEE\x80\x82";
 // {{自治体人口/…}}, an area, an {{#expr:}}), it leaves U+E003; pass 3 drops the sentence around it, since
 // "推計人口は人である。" would teach a model a sentence with its number missing.
 constexpr std::string_view kUnknownValue = "\xEE\x80\x83";
+// Where a block tag (<blockquote>) starts or ends a line, pass 1 leaves U+E004, which becomes a line break
+// after pass 2 (a space inside a table cell, where a line break would make the table no longer simple).
+constexpr std::string_view kBlockBreak = "\xEE\x80\x84";
 
 // Length of the blank space (ASCII space or tab, U+3000, U+00A0) at s[i], or 0.
 size_t blank_at(std::string_view s, size_t i) {
@@ -153,8 +156,12 @@ std::string strip_tags(std::string_view s, uint32_t disabled, std::vector<SetAsi
     }
     const bool self_closing = s[gt - 1] == '/';
     i = gt + 1;
-    if (what == kBreak || name == "blockquote") {  // a quotation block starts and ends a line
+    if (what == kBreak) {
       out.push_back('\n');
+      continue;
+    }
+    if (name == "blockquote") {  // a quotation block starts and ends a line
+      out.append(kBlockBreak);
       continue;
     }
     if (closing || self_closing || what == kUnwrap) {  // drop just the tag
@@ -255,7 +262,7 @@ enum class Gives {
   kQuote,        // its 1st parameter, or text=/quote=
   kMarked,       // the text a maintenance tag marks: 範囲= only (the tag alone gives nothing)
   kMarkedRange,  // the text a *範囲 tag marks: its 1st parameter or 範囲=
-  kLast,         // its last non-empty positional parameter
+  kLast,         // its last positional parameter, from the 2nd on
   kCountry,      // a country's name: from its code (the template's name, or parameter 1) or parameter 1
   kUnknown,      // a value from the wiki's data (population, area, arithmetic): its sentence is dropped
   kLangName,     // "language: text" from parameters 2 and 3
@@ -272,7 +279,7 @@ enum class Gives {
   kDotList,      // the positional parameters joined with "・"
 };
 struct TemplateRule {
-  std::string_view name;  // lowercase, '_' as ' '; a trailing '-' or '/' matches a prefix
+  std::string_view name;  // lowercase, '_' as ' '; a trailing '-', '/' or ':' matches a prefix
   Gives gives;
   std::string_view doc;
 };
@@ -308,6 +315,7 @@ constexpr TemplateRule kTemplateRules[] = {
     {"flagcountry", Gives::kCountry, "the country's name (1st, a code or a name)"},
     {"自治体人口/", Gives::kUnknown, "a population: the sentence around it is dropped"},
     {"自治体面積/", Gives::kUnknown, "an area: the sentence around it is dropped"},
+    {"#expr:", Gives::kUnknown, "arithmetic (on such values): the sentence around it is dropped"},
     {"convert", Gives::kConvert, "\"number unit\" for plain numbers"},
     {"生年月日と年齢", Gives::kBirthDate, "the date \"Y年M月D日\" (no age: it depends on the day)"},
     {"死亡年月日と没年齢", Gives::kDeathDate, "\"Y年M月D日（N歳没）\""},
@@ -438,6 +446,7 @@ constexpr std::pair<std::string_view, std::string_view> kCountries[] = {
     {"ZWE", "ジンバブエ"}};
 
 std::string_view country_name(std::string_view code) {
+  if (code.size() < 2 || code.size() > 3 || code[0] < 'A' || code[0] > 'Z') return {};  // most template names
   for (const auto& [c, name] : kCountries)
     if (code == c) return name;
   return {};
@@ -446,7 +455,7 @@ std::string_view country_name(std::string_view code) {
 const TemplateRule* find_rule(const std::string& name) {
   for (const auto& r : kTemplateRules) {
     const char last = r.name.back();
-    if (last == '-' || last == '/' ? starts_with(name, r.name) : name == r.name) return &r;
+    if (last == '-' || last == '/' || last == ':' ? starts_with(name, r.name) : name == r.name) return &r;
   }
   if (in(kLanguageCodes, name)) return find_rule("en");
   return nullptr;
@@ -496,7 +505,6 @@ std::string template_text(std::string_view content, bool in_table, const Wikitex
   if (!own_country.empty()) name = "jpn";
   for (char& c : name) if (c == '_') c = ' ';
   if (starts_with(name, "formatnum:")) return std::string(trim(trim(parts[0]).substr(10)));
-  if (starts_with(name, "#expr:")) return options.disabled_rules & kWikitextContentTemplates ? "" : std::string(kUnknownValue);
   const TemplateRule* rule = find_rule(name);
   if (!rule || rule->name == options.disabled_template) return "";
   const bool layout = rule->gives == Gives::kLayout || rule->gives == Gives::kLines;
@@ -515,11 +523,8 @@ std::string template_text(std::string_view content, bool in_table, const Wikitex
   switch (rule->gives) {
     case Gives::kFirst: return arg(0);
     case Gives::kSecond: return arg(1);
-    case Gives::kLast: {
-      for (size_t k = params.positional.size(); k-- > 0;)
-        if (!params.positional[k].empty()) return std::string(params.positional[k]);
-      return "";
-    }
+    case Gives::kLast:  // after the language (and the scheme): {{transl|ar|DIN|text}}, {{transl|ar|text}}
+      return params.positional.size() < 2 ? "" : std::string(params.positional.back());
     case Gives::kCountry: {
       if (!own_country.empty()) return std::string(own_country);
       const std::string_view named = country_name(params.arg(0));  // {{flag|JPN}}
@@ -578,12 +583,23 @@ std::string template_text(std::string_view content, bool in_table, const Wikitex
 
 // ---- tables
 
-// Whether s holds more than blank space, hole marks and unknown values (a cell of {{自治体人口/…}} is empty).
+// Whether s holds more than blank space and hole marks.
 bool has_text(std::string_view s) {
   bool holes = false;
-  for (size_t i = skip_blanks(s, 0, &holes); i < s.size(); i = skip_blanks(s, i + kUnknownValue.size(), &holes))
-    if (s.compare(i, kUnknownValue.size(), kUnknownValue) != 0) return true;
-  return false;
+  return skip_blanks(s, 0, &holes) < s.size();
+}
+
+// s with every occurrence of `from` replaced by `to`.
+std::string replace_all(std::string&& s, std::string_view from, std::string_view to) {
+  if (s.find(from) == std::string::npos) return std::move(s);
+  std::string r;
+  r.reserve(s.size());
+  for (size_t i = 0, at; i < s.size(); i = at + from.size()) {
+    at = std::min(s.find(from, i), s.size());
+    r.append(s, i, at - i);
+    if (at < s.size()) r.append(to);
+  }
+  return r;
 }
 
 // A cell "attrs | content" -> content; *spans set when the attributes hold rowspan or colspan.
@@ -639,7 +655,8 @@ std::string table_text(std::string_view content) {
       for (std::string_view c : raw) {
         const std::string_view text = cell_content(c, &spans);
         ++cells;
-        if (has_text(text)) ++filled, rows.back().push_back(text);
+        // A cell with a value only the wiki's data knows is empty: the row keeps its other cells.
+        if (has_text(text) && text.find(kUnknownValue) == std::string_view::npos) ++filled, rows.back().push_back(text);
       }
       if (spans) simple = false;
     } else {
@@ -648,12 +665,12 @@ std::string table_text(std::string_view content) {
   }
   if (!simple || cells == 0 || filled * 10 < cells * 6) return "";
   std::string r = "\n";
-  if (has_text(caption)) (r += caption) += '\n';
+  if (has_text(caption)) (r += replace_all(std::move(caption), kUnknownValue, kHole)) += '\n';
   for (const auto& row : rows) {
     for (size_t k = 0; k < row.size(); ++k) (r += k ? " | " : "") += row[k];
     if (!row.empty()) r += '\n';
   }
-  return r;
+  return replace_all(std::move(r), kBlockBreak, " ");
 }
 
 // Removes a definition-term line (";title") that stands right before position `at` of out with nothing
@@ -930,42 +947,57 @@ std::string tidy_holes(std::string&& line, bool tidy) {
   return r;
 }
 
-// Drops each sentence that holds an unknown value (kUnknownValue): from after the 。 before it (or the
-// line's start) to its own 。 (or the line's end). A hole mark takes its place, for tidy_holes. Values in
-// brackets of their own ("ランキング（{{自治体人口/栃木県|source}} {{自治体人口/栃木県|date}}）", a
-// source and a date) are holes instead: the brackets go and the sentence stays.
-std::string drop_unknown_sentences(std::string&& line) {
-  auto mark_at = [&](size_t i) {
-    return line.compare(i, 3, kUnknownValue) == 0 || line.compare(i, 3, kHole) == 0;
-  };
-  auto before = [&](size_t i) {  // start of the blank space and marks that end at i
-    for (;;) {
-      if (i >= 3 && (mark_at(i - 3) || line.compare(i - 3, 3, "\xE3\x80\x80") == 0)) i -= 3;
-      else if (i >= 1 && (line[i - 1] == ' ' || line[i - 1] == '\t')) i -= 1;
-      else return i;
-    }
-  };
-  auto after = [&](size_t i) {  // end of the blank space and marks that start at i
-    for (;;) {
-      if (mark_at(i) || line.compare(i, 3, "\xE3\x80\x80") == 0) i += 3;
-      else if (i < line.size() && (line[i] == ' ' || line[i] == '\t')) i += 1;
-      else return i;
-    }
-  };
-  auto ends_with_at = [&](size_t end, std::string_view w) {
-    return end >= w.size() && line.compare(end - w.size(), w.size(), w) == 0;
-  };
+// Length of the sentence stop (。！？!?) at s[i], or 0.
+size_t stop_length(std::string_view s, size_t i) {
+  for (std::string_view stop : {"。", "！", "？", "!", "?"})
+    if (s.compare(i, stop.size(), stop) == 0) return stop.size();
+  return 0;
+}
+
+// Takes out what holds an unknown value (kUnknownValue), leaving a hole mark for tidy_holes: what the
+// brackets around it hold ("推計人口（約{{自治体人口/…}}万人）は" -> "推計人口（）は", then "推計人口は"); else, in a heading or
+// a definition term (";title"), the value and its unit ("県北地方振興局管内 {{…}}人" -> "県北地方振興局管内");
+// else its sentence, from the end of the one before (or the line's start) to its own end (or the line's
+// end: a list item or a line of its own).
+std::string drop_unknown_values(std::string&& line) {
+  static constexpr std::string_view kOpen[] = {"（", "("}, kClose[] = {"）", ")"};
+  const size_t first = line.find_first_not_of(" \t");
+  const bool title = first != std::string::npos && (line[first] == '=' || line[first] == ';');
   for (size_t at; (at = line.find(kUnknownValue)) != std::string::npos;) {
-    const size_t open = before(at), close = after(at);
-    if ((ends_with_at(open, "（") && line.compare(close, 3, "）") == 0) ||
-        (ends_with_at(open, "(") && line.compare(close, 1, ")") == 0)) {
-      line.replace(at, kUnknownValue.size(), kHole);
+    size_t open = std::string::npos, close = std::string::npos;  // the brackets right around it, if any
+    for (size_t k = 0; k < 2 && open == std::string::npos; ++k) {
+      const size_t o = at == 0 ? std::string::npos : line.rfind(kOpen[k], at - 1);
+      const size_t c = line.find(kClose[k], at);
+      if (o == std::string::npos || c == std::string::npos) continue;
+      if (line.find(kClose[k], o) < at || line.rfind(kOpen[k], c) > at) continue;  // another pair in between
+      open = o + kOpen[k].size(), close = c;
+    }
+    if (open != std::string::npos) {  // what the brackets hold goes; tidy_holes takes the empty brackets
+      line.replace(open, close - open, kHole);
       continue;
     }
-    const size_t stop_before = at == 0 ? std::string::npos : line.rfind("。", at - 1);
-    const size_t begin = stop_before == std::string::npos ? 0 : stop_before + 3;
-    const size_t stop = line.find("。", at);
-    const size_t end = stop == std::string::npos ? line.size() : stop + 3;
+    if (title) {  // the value and what follows it up to a blank, a bracket or the heading's '=': its unit
+      size_t end = at + kUnknownValue.size();
+      while (end < line.size() && line[end] != ' ' && line[end] != '\t' && line[end] != '=' && line[end] != '(' &&
+             line.compare(end, 3, "（") != 0 && line.compare(end, 3, "\xE3\x80\x80") != 0)
+        ++end;
+      line.replace(at, end - at, kHole);
+      continue;
+    }
+    // A stop right before a closing quote ends the quotation, not the sentence: "「…人。」と述べた。"
+    auto ends_sentence = [&](size_t i, size_t* after) {
+      const size_t n = stop_length(line, i);
+      *after = i + n;
+      return n > 0 && line.compare(i + n, 3, "」") != 0 && line.compare(i + n, 3, "』") != 0;
+    };
+    size_t begin = 0, end = line.size(), after = 0;
+    for (size_t i = 0; i < at; ++i)
+      if (ends_sentence(i, &after) && after <= at) begin = after;
+    for (size_t i = at; i < line.size(); ++i)
+      if (ends_sentence(i, &after)) {
+        end = after;
+        break;
+      }
     line.replace(begin, end - begin, kHole);
   }
   return std::move(line);
@@ -1021,7 +1053,8 @@ std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& o
   std::string own;
   auto is_mark = [&](size_t i) {
     return wikitext.compare(i, 3, kAsideOpen) == 0 || wikitext.compare(i, 3, kAsideClose) == 0 ||
-           wikitext.compare(i, 3, kHole) == 0 || wikitext.compare(i, 3, kUnknownValue) == 0;
+           wikitext.compare(i, 3, kHole) == 0 || wikitext.compare(i, 3, kUnknownValue) == 0 ||
+           wikitext.compare(i, 3, kBlockBreak) == 0;
   };
   if (wikitext.find("\xEE\x80") != std::string_view::npos) {
     own.reserve(wikitext.size());
@@ -1035,10 +1068,11 @@ std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& o
   const bool decode = !(disabled & kWikitextEntities);
   std::vector<SetAside> aside;
   const std::string no_tags = strip_tags(wikitext, disabled, aside);
-  const std::string flat = strip_brackets(no_tags, options);
+  const std::string flat = replace_all(strip_brackets(no_tags, options), kBlockBreak, "\n");
   std::string out;
   out.reserve(flat.size());
   bool blank_pending = false;
+  bool prose = false;  // the last line written is a paragraph's (not a heading or a list item)
   size_t skip_level = 0;  // inside a trailing section of this level (0: not)
   size_t start = 0;
   while (start <= flat.size()) {
@@ -1048,12 +1082,13 @@ std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& o
     const std::string_view raw = std::string_view(flat).substr(start, end - start);
     const bool unknown_values = raw.find(kUnknownValue) != std::string_view::npos;
     const std::string cleaned =
-        tidy_holes(drop_unknown_sentences(clean_inline(raw)), !(disabled & kWikitextEmptyBrackets));
+        tidy_holes(drop_unknown_values(clean_inline(raw)), !(disabled & kWikitextEmptyBrackets));
     start = end + 1;
     std::string_view line = cleaned;
     std::string_view heading;
     size_t level = 0;
     std::string text;
+    bool paragraph = false;
     if (parse_heading(line, &heading, &level)) {
       text = decode ? decode_html_entities(heading) : std::string(heading);
       // A trailing section runs to the next heading of its level or above that is not one itself.
@@ -1066,19 +1101,25 @@ std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& o
       line = trim(line);
       if (starts_with(line, "{|") || starts_with(line, "|") || starts_with(line, "!") || starts_with(line, "----"))
         continue;  // remnants of unclosed tables, horizontal rules
+      paragraph = true;
       while (!line.empty() && (line[0] == '*' || line[0] == '#' || line[0] == ':' || line[0] == ';'))
-        line.remove_prefix(1);
+        line.remove_prefix(1), paragraph = false;
       line = trim(line);
       text = decode ? decode_html_entities(line) : std::string(line);
     }
-    const std::string_view t = trim(text);
+    std::string_view t = trim(text);
     if (t.empty()) {
       blank_pending = blank_pending || (!out.empty() && !unknown_values);  // a dropped list item breaks no list
       continue;
     }
-    if (blank_pending) out += '\n';
-    else if (!out.empty() && (starts_with(t, "。") || starts_with(t, "、"))) out.pop_back();  // "…とした\n<ref/>。"
+    if (blank_pending) {
+      out += '\n';
+    } else if (prose && paragraph && (starts_with(t, "。") || starts_with(t, "、"))) {  // "…とした\n<ref/>。"
+      out.pop_back();
+      if (starts_with(t, "。") && out.size() >= 3 && out.compare(out.size() - 3, 3, "。") == 0) t.remove_prefix(3);
+    }
     blank_pending = false;
+    prose = paragraph;
     out.append(t);
     out += '\n';
   }

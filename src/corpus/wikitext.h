@@ -50,7 +50,8 @@ std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& o
 
 // The content and layout templates and what each gives, as (name, what it gives), in table order;
 // the names are those WikitextOptions::disabled_template takes. Names match case-insensitively, with
-// '_' as ' '; a name ending in '-' matches every name with that prefix (lang-, IPA-).
+// '_' as ' '; a name ending in '-', '/' or ':' matches every name with that prefix (lang-, IPA-,
+// 自治体人口/, #expr:). The country-code templates ({{JPN}} …) are one rule, "jpn".
 std::vector<std::pair<std::string, std::string>> wikitext_template_rules();
 
 // "#REDIRECT [[…]]" / "#転送 [[…]]" (any case, leading spaces allowed).

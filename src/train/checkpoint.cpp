@@ -370,22 +370,27 @@ std::string model_checkpoint(const std::string& path) {
   return found.back();
 }
 
-// Checkpoint paths in step order: step numbers are zero-padded to 8 digits, so a longer name (step
-// 100,000,000 and later) is a later step, and names of one length sort as their steps.
+// The step of a checkpoint named step-<digits>.ckpt, or -1 for any other name (a copy such as
+// step-00002000.best.ckpt is not a checkpoint of the run's).
+static int64_t checkpoint_step(const std::string& name) {
+  if (name.size() < 11 || name.rfind("step-", 0) != 0 || name.substr(name.size() - 5) != ".ckpt") return -1;
+  const std::string digits = name.substr(5, name.size() - 10);
+  if (digits.size() > 15 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoll(digits);
+}
+
 static bool step_order(const std::string& a, const std::string& b) {
-  return a.size() != b.size() ? a.size() < b.size() : a < b;
+  return checkpoint_step(std::filesystem::path(a).filename().string()) <
+         checkpoint_step(std::filesystem::path(b).filename().string());
 }
 
 std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   std::vector<std::string> out;
   const std::string dir = run_dir + "/checkpoints";
   if (!std::filesystem::is_directory(dir)) return out;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("step-", 0) == 0 && name.size() > 5 && name.substr(name.size() - 5) == ".ckpt")
-      out.push_back(e.path().string());
-  }
-  std::sort(out.begin(), out.end(), step_order);
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (checkpoint_step(e.path().filename().string()) >= 0) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end(), step_order);  // by step: step-100000000 comes after step-99999000
   return out;
 }
 
