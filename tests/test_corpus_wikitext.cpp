@@ -36,21 +36,24 @@ TEST(CorpusWikitext, MarkedRangesKeepTheirText) {
 TEST(CorpusWikitext, ReadingsTransliterationsAndCountryNamesKeepTheirText) {
   EXPECT_EQ(wikitext_to_text("[[フランス語]]の télévision（{{読み|テレヴィジオン|}}）に由来する。"),
             "フランス語の télévision（テレヴィジオン）に由来する。");
-  EXPECT_EQ(wikitext_to_text("北京語で{{ピン音|Xīnxiè}}（シンシエ）と発音する"), "北京語でXīnxiè（シンシエ）と発音する");
+  EXPECT_EQ(wikitext_to_text("北京語で{{ピン音|Xīnxiè}}（シンシエ）と発音する"),
+            "北京語でXīnxiè（シンシエ）と発音する");
   EXPECT_EQ(wikitext_to_text("（ラテン翻字: {{transl|ar|DIN|Miṣr}}）"), "（ラテン翻字: Miṣr）");
   EXPECT_EQ(wikitext_to_text("A{{transl|ar|Miṣr}}B{{transl|ar|}}C"), "AMiṣrBC");  // never the language code
   EXPECT_EQ(wikitext_to_text("（{{Smaller|ドイツ語: レプブリーク}}）"), "（ドイツ語: レプブリーク）");
-  EXPECT_EQ(wikitext_to_text("（{{JPN}}・下関港国際ターミナル ― {{KOR}}・釜山）"), "（日本・下関港国際ターミナル ― 韓国・釜山）");
+  EXPECT_EQ(wikitext_to_text("（{{JPN}}・下関港国際ターミナル ― {{KOR}}・釜山）"),
+            "（日本・下関港国際ターミナル ― 韓国・釜山）");
   EXPECT_EQ(wikitext_to_text("* {{USA}}[[モンタナ州]]"), "アメリカ合衆国モンタナ州");
   EXPECT_EQ(wikitext_to_text("{{flag|兵庫県}}と{{flag|JPN}}と{{flagcountry|USA}}"), "兵庫県と日本とアメリカ合衆国");
   EXPECT_EQ(wikitext_to_text("{{flagicon|USA}} アメリカ"), "アメリカ");  // the flag alone shows no text
-  EXPECT_EQ(wikitext_to_text("{{col-list|2|\n* a\n* b}}"), "a\nb");  // a layout rule, not Colombia's code
+  EXPECT_EQ(wikitext_to_text("{{col-list|2|\n* a\n* b}}"), "a\nb");      // a layout rule, not Colombia's code
 }
 
 // Where only the wiki's data knows a value, the sentence is dropped rather than kept with a hole.
 TEST(CorpusWikitext, SentencesWithValuesOnlyTheWikiKnowsAreDropped) {
-  EXPECT_EQ(wikitext_to_text("兵庫県は近畿地方にある。推計人口は{{自治体人口/兵庫県|兵庫県}}人である。県庁所在地は神戸市。"),
-            "兵庫県は近畿地方にある。県庁所在地は神戸市。");
+  EXPECT_EQ(
+      wikitext_to_text("兵庫県は近畿地方にある。推計人口は{{自治体人口/兵庫県|兵庫県}}人である。県庁所在地は神戸市。"),
+      "兵庫県は近畿地方にある。県庁所在地は神戸市。");
   EXPECT_EQ(wikitext_to_text("面積は{{formatnum:{{自治体面積/岩手県|岩手県}}}}km<sup>2</sup>で、広い。\n次の段落。"),
             "次の段落。");
   EXPECT_EQ(wikitext_to_text("人口は{{formatnum:{{#expr:{{自治体人口/北海道|札幌市}}/10000 round 0}}}}万人。"), "");
@@ -59,25 +62,31 @@ TEST(CorpusWikitext, SentencesWithValuesOnlyTheWikiKnowsAreDropped) {
   EXPECT_EQ(wikitext_to_text("A。人口は{{自治体人口/x|y}}人！次の文。"), "A。次の文。");
   EXPECT_EQ(wikitext_to_text("A。彼は「人口は{{自治体人口/x|y}}人。」と述べた。次。"), "A。次。");
   // In brackets, the brackets go and the sentence stays; in a heading or a ;title only the value goes.
-  EXPECT_EQ(wikitext_to_text("以下、人口は推計人口（総人口は{{自治体人口/福島県|福島県}}人）による。"), "以下、人口は推計人口による。");
+  EXPECT_EQ(wikitext_to_text("以下、人口は推計人口（総人口は{{自治体人口/福島県|福島県}}人）による。"),
+            "以下、人口は推計人口による。");
   EXPECT_EQ(wikitext_to_text("; 秋田周辺地域（{{formatnum:{{#expr:{{自治体人口/秋田県|x}}}}}}人）\n* 秋田市"),
             "秋田周辺地域\n秋田市");
   EXPECT_EQ(wikitext_to_text("A。\n== 脚注 ==\nx\n== 人口{{自治体人口/x|date}}現在 ==\n本文。"), "A。\n人口\n本文。");
-  EXPECT_EQ(wikitext_to_text("=== 県北地方振興局管内 {{自治体人口/福島県|県北}}人 ===\n本文"), "県北地方振興局管内\n本文");
+  EXPECT_EQ(wikitext_to_text("=== 県北地方振興局管内 {{自治体人口/福島県|県北}}人 ===\n本文"),
+            "県北地方振興局管内\n本文");
   // In a table a cell with such a value is empty, as one of the template alone was: the row keeps the rest.
   EXPECT_EQ(wikitext_to_text("{|\n|-\n| 札幌市 || {{自治体人口/北海道|札幌市}} || 道央\n|-\n| 旭川市 || 1 || 道北\n|}"),
             "札幌市 | 道央\n旭川市 | 1 | 道北");
-  EXPECT_EQ(wikitext_to_text("{|\n|-\n| 札幌市 || {{formatnum:{{自治体人口/北海道|札幌市}}}}人 || 道央\n|-\n| 旭川市 || 1 || "
-                             "道北\n|}"),
-            "札幌市 | 道央\n旭川市 | 1 | 道北");
+  EXPECT_EQ(
+      wikitext_to_text("{|\n|-\n| 札幌市 || {{formatnum:{{自治体人口/北海道|札幌市}}}}人 || 道央\n|-\n| 旭川市 || 1 || "
+                       "道北\n|}"),
+      "札幌市 | 道央\n旭川市 | 1 | 道北");
   // A page cannot forge the mark (U+E003).
-  EXPECT_EQ(wikitext_to_text("A\xEE\x80\x83" "B。C"), "AB。C");
+  EXPECT_EQ(wikitext_to_text("A\xEE\x80\x83"
+                             "B。C"),
+            "AB。C");
 }
 
 // What removing a <ref> leaves between two full stops or at the start of a line.
 TEST(CorpusWikitext, AFootnoteBetweenFullStopsOrLinesLeavesOneSentence) {
   EXPECT_EQ(wikitext_to_text("発言している。<ref>[https://x.jp 参考]</ref>。次の文。"), "発言している。次の文。");
-  EXPECT_EQ(wikitext_to_text("断言できないとしている{{Sfn|山田|2001}}\n。次の文。"), "断言できないとしている。次の文。");
+  EXPECT_EQ(wikitext_to_text("断言できないとしている{{Sfn|山田|2001}}\n。次の文。"),
+            "断言できないとしている。次の文。");
   EXPECT_EQ(wikitext_to_text("神奈川県出身 \n<ref name=\"a\">x</ref>。女性。"), "神奈川県出身。女性。");
   EXPECT_EQ(wikitext_to_text("した。<ref>x</ref>\n。次"), "した。次");
   EXPECT_EQ(wikitext_to_text("段落。\n\n。で始まる段落"), "段落。\n\n。で始まる段落");  // a blank line stays a break

@@ -361,7 +361,8 @@ TEST(BadInputCheckpoint, CheckpointsPastStep99999999StayInStepOrder) {
   const std::string run = ::testing::TempDir() + "/ckpt_order";
   fs::remove_all(run);
   fs::create_directories(run + "/checkpoints");
-  for (int64_t step : {99998000, 99999000, 100000000, 100001000}) write_file_atomically(checkpoint_path(run, step), "x");
+  for (int64_t step : {99998000, 99999000, 100000000, 100001000})
+    write_file_atomically(checkpoint_path(run, step), "x");
   const std::vector<std::string> in_order = {checkpoint_path(run, 99998000), checkpoint_path(run, 99999000),
                                              checkpoint_path(run, 100000000), checkpoint_path(run, 100001000)};
   write_file_atomically(run + "/checkpoints/step-99999000.best.ckpt", "x");  // a copy is not the newest

@@ -92,7 +92,8 @@ std::string join_spacing_sound_marks(std::string&& text) {
   std::string out;
   out.reserve(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
-    if (text.compare(i, 3, " \xE3\x82") == 0 && i + 3 < text.size() && (text[i + 3] == '\x99' || text[i + 3] == '\x9A')) {
+    if (text.compare(i, 3, " \xE3\x82") == 0 && i + 3 < text.size() &&
+        (text[i + 3] == '\x99' || text[i + 3] == '\x9A')) {
       out += text[i + 3] == '\x99' ? "゛" : "゜";
       i += 3;
     } else {

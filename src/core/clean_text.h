@@ -13,11 +13,10 @@ namespace ctrl {
 // NFKC (ICU). Invalid UTF-8 sequences become U+FFFD before normalizing.
 std::string normalize_nfkc(std::string_view text);
 
-// Promises: NFKC, except that the spacing sound marks ゛ ゜ stay whole; \r\n, \r, U+2028/2029 become \n; tabs and every other
-// Unicode space become ' '; control (Cc except \n), format (Cf), private-use
-// and unassigned code points and U+FFFD are removed; runs of spaces collapse to
-// one; lines are trimmed; runs of blank lines collapse to one blank line; no
-// leading or trailing blank lines. Idempotent: clean_text(clean_text(x)) == clean_text(x).
+// Promises: NFKC, except that the spacing sound marks ゛ ゜ stay whole; \r\n, \r, U+2028/2029 become \n; tabs and every
+// other Unicode space become ' '; control (Cc except \n), format (Cf), private-use and unassigned code points and
+// U+FFFD are removed; runs of spaces collapse to one; lines are trimmed; runs of blank lines collapse to one blank
+// line; no leading or trailing blank lines. Idempotent: clean_text(clean_text(x)) == clean_text(x).
 std::string clean_text(std::string_view text);
 
 // Number of Unicode code points in valid UTF-8 (continuation bytes not counted).

@@ -75,9 +75,10 @@ void read_plain_text(std::string_view bytes, const std::string& file, ReadContex
     context.emit(std::move(d));
     ++pieces;
   }
-  context.warnings.warn(file, 0, std::to_string(whole.size()) + " bytes of text, more than one document holds (" +
-                                     std::to_string(limit) + "): read as " + std::to_string(pieces) +
-                                     " documents, split at blank lines where it has them");
+  context.warnings.warn(file, 0,
+                        std::to_string(whole.size()) + " bytes of text, more than one document holds (" +
+                            std::to_string(limit) + "): read as " + std::to_string(pieces) +
+                            " documents, split at blank lines where it has them");
 }
 
 void read_json_lines(ByteStream& stream, const std::string& file, ReadContext& context) {

@@ -310,7 +310,8 @@ constexpr TemplateRule kTemplateRules[] = {
     {"読み", Gives::kFirst, "the reading (1st)"},
     {"ピン音", Gives::kFirst, "the pinyin (1st)"},
     {"transl", Gives::kLast, "the transliteration (last)"},
-    {"jpn", Gives::kCountry, "the country's name (日本); likewise the other country-code templates: USA, CHN, KOR, GBR, …"},
+    {"jpn", Gives::kCountry,
+     "the country's name (日本); likewise the other country-code templates: USA, CHN, KOR, GBR, …"},
     {"flag", Gives::kCountry, "the name (1st; a country code gives the country's name)"},
     {"flagcountry", Gives::kCountry, "the country's name (1st, a code or a name)"},
     {"自治体人口/", Gives::kUnknown, "a population: the sentence around it is dropped"},
@@ -377,6 +378,7 @@ constexpr std::array<std::string_view, 40> kLanguageCodes = {
 // Country-code templates ({{JPN}}, {{USA}} …: a flag and the country's name, which is what they give):
 // the ISO 3166 and IOC codes of the sovereign states (and a few more) with the short names jawiki
 // shows. Matched in capitals only, so that {{col}} stays a layout template and {{COL}} is Colombia.
+// clang-format off
 constexpr std::pair<std::string_view, std::string_view> kCountries[] = {
     {"AFG", "アフガニスタン"}, {"AGO", "アンゴラ"}, {"ALB", "アルバニア"},
     {"ALG", "アルジェリア"}, {"AND", "アンドラ"}, {"ARE", "アラブ首長国連邦"},
@@ -444,6 +446,7 @@ constexpr std::pair<std::string_view, std::string_view> kCountries[] = {
     {"VIE", "ベトナム"}, {"VNM", "ベトナム"}, {"VUT", "バヌアツ"}, {"WSM", "サモア"},
     {"YEM", "イエメン"}, {"ZAF", "南アフリカ共和国"}, {"ZMB", "ザンビア"},
     {"ZWE", "ジンバブエ"}};
+// clang-format on
 
 std::string_view country_name(std::string_view code) {
   if (code.size() < 2 || code.size() > 3 || code[0] < 'A' || code[0] > 'Z') return {};  // most template names
@@ -530,7 +533,8 @@ std::string template_text(std::string_view content, bool in_table, const Wikitex
       const std::string_view named = country_name(params.arg(0));  // {{flag|JPN}}
       return named.empty() ? arg(0) : std::string(named);
     }
-    case Gives::kUnknown: return std::string(kUnknownValue);
+    case Gives::kUnknown:
+      return std::string(kUnknownValue);
     case Gives::kQuote: {
       for (std::string_view key : {"text", "quote", "引用文"})
         if (!params.get(key).empty()) return std::string(params.get(key));
@@ -955,10 +959,10 @@ size_t stop_length(std::string_view s, size_t i) {
 }
 
 // Takes out what holds an unknown value (kUnknownValue), leaving a hole mark for tidy_holes: what the
-// brackets around it hold ("推計人口（約{{自治体人口/…}}万人）は" -> "推計人口（）は", then "推計人口は"); else, in a heading or
-// a definition term (";title"), the value and its unit ("県北地方振興局管内 {{…}}人" -> "県北地方振興局管内");
-// else its sentence, from the end of the one before (or the line's start) to its own end (or the line's
-// end: a list item or a line of its own).
+// brackets around it hold ("推計人口（約{{自治体人口/…}}万人）は" -> "推計人口（）は", then "推計人口は"); else, in a
+// heading or a definition term (";title"), the value and its unit ("県北地方振興局管内 {{…}}人" ->
+// "県北地方振興局管内"); else its sentence, from the end of the one before (or the line's start) to its own end (or the
+// line's end: a list item or a line of its own).
 std::string drop_unknown_values(std::string&& line) {
   static constexpr std::string_view kOpen[] = {"（", "("}, kClose[] = {"）", ")"};
   const size_t first = line.find_first_not_of(" \t");
@@ -1072,7 +1076,7 @@ std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& o
   std::string out;
   out.reserve(flat.size());
   bool blank_pending = false;
-  bool prose = false;  // the last line written is a paragraph's (not a heading or a list item)
+  bool prose = false;     // the last line written is a paragraph's (not a heading or a list item)
   size_t skip_level = 0;  // inside a trailing section of this level (0: not)
   size_t start = 0;
   while (start <= flat.size()) {
