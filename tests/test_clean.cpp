@@ -1,7 +1,9 @@
 // Cleaning: NFKC, control characters, whitespace, dedup, deterministic split.
 #include <gtest/gtest.h>
 
+#include "core/file_io.h"
 #include "corpus/clean.h"
+#include "test_support.h"
 
 namespace ctrl {
 namespace {
@@ -16,6 +18,25 @@ TEST(Clean, NfkcFoldsWidthAndCompatibilityForms) {
   EXPECT_EQ(clean_text("ｶﾞ"), "ガ");  // a half-width voiced mark still joins its kana
   // Already normalized Japanese is unchanged.
   EXPECT_EQ(clean_text("日本語の文章です。"), "日本語の文章です。");
+}
+
+// tools/hf_prompt.py is how a user of an exported model cleans a prompt as ctrl does (the exported
+// tokenizer.model has no normalization of its own): it must give clean_text's result exactly.
+TEST(Clean, ThePythonRecipeForExportedModelsCleansAsCtrlDoes) {
+  const std::string dir = ::testing::TempDir();
+  std::string out;
+  if (test_support::run_shell("python3 -c 'import unicodedata' 2>&1", &out) != 0) GTEST_SKIP() << "no python3: " << out;
+  for (const std::string text :
+       {"ＡＢＣ１２３ ｶﾀｶﾅ ①②", "日本\u3000語\t語\u00a0語", "日本\u200b語\uFEFF", "一\r\n\r\n\r\n二  三 ", "宝石強盗゛黒猫゛ ｶﾞ か\u3099",
+        "㌔㍿Ⅻ～", "a\x01" "b\x7f" "c\uE000d", "line\u2028next\u2029", "  \n  indented\n\n\n\nend  ", "猫😀𠮷野家"}) {
+    write_file_atomically(dir + "/prompt.txt", text);
+    ASSERT_EQ(test_support::run_shell("python3 " CTRL_SOURCE_DIR "/tools/hf_prompt.py --clean < " + dir + "/prompt.txt > " +
+                                          dir + "/clean.txt",
+                                      &out),
+              0)
+        << out;
+    EXPECT_EQ(read_file(dir + "/clean.txt"), clean_text(text)) << text;
+  }
 }
 
 TEST(Clean, RemovesControlCharactersKeepsNewlines) {

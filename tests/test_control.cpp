@@ -277,6 +277,11 @@ TEST(ControlCodes, ExportAndImportKeepTheTokenizer) {
             0)
       << out;
   EXPECT_NE(out.find(dir + "/tokenizer.model"), std::string::npos) << out;
+  // transformers' generate stops at </s>, which ends every training document, only if the config names it.
+  const nlohmann::json config = nlohmann::json::parse(read_file(dir + "/config.json"));
+  ASSERT_TRUE(config.contains("eos_token_id")) << config.dump();
+  EXPECT_EQ(config["eos_token_id"].get<int32_t>(),
+            Tokenizer::from_bytes(Checkpoint(r.checkpoint).contents().tokenizer, "toy").eos_id());
   ASSERT_EQ(test_support::run_shell(test_support::ctrl_binary() + " import hf --in " + dir + " --out " + back + " 2>&1",
                                     &out),
             0)

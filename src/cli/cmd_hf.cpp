@@ -17,7 +17,9 @@ const char* kExportUsage =
     "usage: ctrl export hf --model CKPT --out DIR\n\n"
     "Writes DIR/config.json and DIR/model.safetensors, loadable with transformers'\n"
     "CTRLLMHeadModel.from_pretrained(DIR). The control codes go into config.json as \"control_codes\",\n"
-    "and the checkpoint's SentencePiece model (if it has one) to DIR/tokenizer.model.\n"
+    "and the checkpoint's SentencePiece model (if it has one) to DIR/tokenizer.model, its </s> as\n"
+    "\"eos_token_id\". That tokenizer does not clean text as ctrl does (NFKC, spaces, controls) nor add\n"
+    "the control code: tools/hf_prompt.py makes a prompt's ids as ctrl does (docs/training.md).\n"
     "Shared layers (model.sharing) are written unrolled; a factorized embedding cannot be exported.\n";
 const char* kImportUsage =
     "usage: ctrl import hf --in DIR --out CKPT [--control NAME=ID]... [--tokenizer FILE.model]\n\n"

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ctrl {
 
@@ -103,6 +104,11 @@ void export_hf(const std::string& checkpoint_path, const std::string& dir) {
     nlohmann::ordered_json codes;
     for (const auto& c : ckpt.contents().codes) codes[c.name] = c.token_id;
     config["control_codes"] = codes;  // extra keys are kept by transformers' PretrainedConfig
+  }
+  if (!ckpt.contents().tokenizer.empty()) {
+    // Every training document ends with </s>: transformers' generate stops there only if the config says so.
+    const int32_t eos = Tokenizer::from_bytes(ckpt.contents().tokenizer, checkpoint_path).eos_id();
+    if (eos >= 0) config["eos_token_id"] = eos;
   }
   // Tensor by tensor from the checkpoint's mapping to the new file: no model, no copy of the weights.
   SafetensorsWriter w;
