@@ -152,6 +152,14 @@ TEST(ControlCodes, CommandWritesJsonAndHeatmapBesideTheRun) {
   EXPECT_NE(out.find("--out is where"), std::string::npos) << out;
   EXPECT_NE(test_support::run_shell(base + " --codes --temperature 1 2>&1", &out), 0);
   EXPECT_NE(out.find("--temperature is a sampling flag of --control-accuracy"), std::string::npos) << out;
+  // An --out that cannot be a directory fails before the scoring, not after it.
+  EXPECT_NE(test_support::run_shell(base + " --codes --out " + r.checkpoint + " 2>&1", &out), 0);
+  EXPECT_NE(out.find(r.checkpoint + ": exists and is not a directory"), std::string::npos) << out;
+  // A --batch far above the windows there are holds no memory for them (2^20 windows of n_ctx would be
+  // gigabytes) and scores the same windows.
+  const auto wide = run_json(base + " --batch 1048576 --json");
+  for (const std::string code : {"Kana", "Latin"})
+    EXPECT_NEAR(wide[code]["loss"].get<double>(), plain[code]["loss"].get<double>(), 1e-5) << code;
 }
 
 TEST(ControlCodes, HeatmapColoursCellsBySignAndOutlinesTheDiagonal) {
@@ -323,6 +331,19 @@ TEST(ControlCodes, APromptThatFillsTheContextGivesOneToken) {
                      "context of " +
                      std::to_string(n_ctx)),
             std::string::npos)
+      << out;
+}
+
+// A prompt that is not UTF-8 is refused: cleaning would drop its bad bytes and generate from the rest.
+TEST(ControlCodes, GenerateRefusesAPromptThatIsNotUtf8) {
+  const ToyRun& r = toy();
+  std::string out;
+  EXPECT_EQ(test_support::run_shell(test_support::ctrl_binary() + " generate --model " + r.checkpoint +
+                                        " --control Latin --max-tokens 1 --prompt \"$(printf 'ab\\377c')\" 2>&1",
+                                    &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("ctrl generate: --prompt: invalid UTF-8 at byte 2; expected UTF-8 text"), std::string::npos)
       << out;
 }
 

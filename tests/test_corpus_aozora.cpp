@@ -279,4 +279,69 @@ TEST(CorpusAozora, SmallTextWithFooterAndNesting) {
   EXPECT_EQ(t.text, "吾輩は猫である。名前はまだ無い。\n一番よし。\n閉じない注記とルビ");
 }
 
+// Shift_JIS's single bytes 0x5C and 0x7E are ASCII \ and ~ (as CP932, WHATWG and Python read them), not
+// JIS X 0201's ¥ and ‾ that glibc's SHIFT_JISX0213 gives: paths and Aozora's tilde accent survive.
+TEST(CorpusAozora, ShiftJisBackslashAndTildeStayAscii) {
+  uint64_t bad = 0;
+  // 0x8C 0xCC is 言 (a double byte whose trail is not 0x5C); ￥ 0x818F and ￣ 0x8150 stay full-width.
+  EXPECT_EQ(ctrl::decode_japanese_bytes("\x8C\xBE C:\\tmp ~/data \x81\x8F\x81\x50", &bad), "言 C:\\tmp ~/data ￥￣\n");
+  EXPECT_EQ(bad, 0u);
+  // 0x955C is 表: its trail byte 0x5C is part of the character, not a backslash.
+  EXPECT_EQ(ctrl::decode_japanese_bytes("\x95\x5C\x81\x40\x83\x5C", &bad), "表　ソ\n");
+  const ctrl::AozoraText t = ctrl::aozora_to_text(
+      "［＃ここから本文］" + ctrl::decode_japanese_bytes("\x96\x7B\x95\xB6\x81\x6B\x45\x73\x70\x61\x6E\x7E\x61\x81\x6C",
+                                                         &bad));  // 本文〔Espan~a〕
+  EXPECT_EQ(t.text, "本文España");
+}
+
+// A title carrying gaiji or ruby, or a file opening with a blank line, still has its header and symbol block
+// taken off when the block follows; a rule of hyphens around the author's own text is text.
+TEST(CorpusAozora, HeaderWithNotationBeforeTheSymbolBlock) {
+  const std::string block =
+      "-------------------------------------------------------\n【テキスト中に現れる記号について】\n\n"
+      "《》：ルビ\n-------------------------------------------------------\n\n";
+  ctrl::AozoraText t =
+      ctrl::aozora_to_text("※［＃「木＋靈」、第3水準1-86-29］子窓\n山田太郎\n\n" + block + "本文《ほんぶん》です。\n");
+  EXPECT_EQ(t.title, "欞子窓");
+  EXPECT_EQ(t.author, "山田太郎");
+  EXPECT_EQ(t.text, "本文です。");
+  EXPECT_EQ(t.gaiji_resolved, 0u);  // the title's gaiji is not the body's
+  t = ctrl::aozora_to_text("羅生門《らしょうもん》\n芥川龍之介\n\n" + block + "本文です。\n");
+  EXPECT_EQ(t.title, "羅生門");
+  EXPECT_EQ(t.text, "本文です。");
+  t = ctrl::aozora_to_text("\n題名\n著者\n\n" + block + "本文です。\n");
+  EXPECT_EQ(t.title, "題名");
+  EXPECT_EQ(t.text, "本文です。");
+  // Without the block, a first line with ruby is still body text.
+  t = ctrl::aozora_to_text("ある日の暮方《くれがた》の事である。\n\n次の段落。\n");
+  EXPECT_EQ(t.title, "");
+  EXPECT_EQ(t.text, "ある日の暮方の事である。\n\n次の段落。");
+  // Rules that hold no notation list are the author's; nothing between them is lost.
+  t = ctrl::aozora_to_text("題名\n著者\n\n-------\n第一部の本文。\n-------\n第二部の本文。\n底本：x\n");
+  EXPECT_EQ(t.title, "題名");
+  EXPECT_EQ(t.text, "-------\n第一部の本文。\n-------\n第二部の本文。");
+}
+
+// A gaiji is a character of the text: a gaiji 〔 〕 around Latin text is not accent notation, and a gaiji
+// inside an accent span does not stop the span's decoding.
+TEST(CorpusAozora, GaijiAndAccentSpans) {
+  ctrl::AozoraText t = ctrl::aozora_to_text(
+      "［＃ここから本文］年代※［＃始めきっこう（亀甲）括弧、1-1-44］it's "
+      "1925※［＃終わりきっこう（亀甲）括弧、1-1-45］の話。");
+  EXPECT_EQ(t.text, "年代〔it's 1925〕の話。");
+  t = ctrl::aozora_to_text(
+      "［＃ここから本文］〔Dvor※［＃「ｒ」にキャロン、U+0159］a'k〕と〔L/o'dz〕と〔本全集〕の〔cafe'〕。");
+  EXPECT_EQ(t.text, "DvorřákとŁódzと〔本全集〕のcafé。");
+  t = ctrl::aozora_to_text("［＃ここから本文］〔e^〕〔〔u&〕〕〔h^ s^ i~〕");
+  EXPECT_EQ(t.text, "ê〔ů〕ĥ ŝ ĩ");
+}
+
+// A gaiji note left open before the next bracket stands for one unknown character; the text after it stays.
+TEST(CorpusAozora, UnclosedGaijiNoteKeepsTheTextAfterIt) {
+  const ctrl::AozoraText t = ctrl::aozora_to_text(
+      "［＃ここから本文］置いた※［＃「木＋靈」、第3水準1-86-29子窓の下に［＃「下に」に傍点］立つ人。");
+  EXPECT_EQ(t.text, "置いた〓「木＋靈」、第3水準1-86-29子窓の下に立つ人。");
+  EXPECT_EQ(t.gaiji_unresolved, 1u);
+}
+
 }  // namespace

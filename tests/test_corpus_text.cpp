@@ -115,7 +115,7 @@ TEST(CorpusText, JsonLinesWithControlCodesAndBadLines) {
 
 // A bad JSON line's warning says what is wrong with it: the parser's reason
 // (a lone surrogate escape, which Python's json.dumps writes, was reported as
-// "not a JSON object"), or that it is JSON but no object.
+// "not a JSON object"), or that it is JSON but no object; it names the line's number and byte offset.
 TEST(CorpusText, BadJsonLinesSayWhatIsWrong) {
   const std::string path = ::testing::TempDir() + "/bad_lines.jsonl";
   ctrl::write_file_atomically(path, "{\"text\": \"\\ud83d alone\"}\n[1, 2]\n{\"text\": \"good\"}\n");
@@ -128,9 +128,9 @@ TEST(CorpusText, BadJsonLinesSayWhatIsWrong) {
   const std::string said = testing::internal::GetCapturedStderr();
   ASSERT_EQ(docs.size(), 1u);
   EXPECT_EQ(stats.dropped.at("bad_json"), 2u);
-  EXPECT_NE(said.find("bad_lines.jsonl:0: line is not valid JSON (column"), std::string::npos) << said;
+  EXPECT_NE(said.find("bad_lines.jsonl: byte 0: line 1 is not valid JSON (column"), std::string::npos) << said;
   EXPECT_NE(said.find("surrogate"), std::string::npos) << said;
-  EXPECT_NE(said.find("bad_lines.jsonl:25: line is JSON but not an object"), std::string::npos) << said;
+  EXPECT_NE(said.find("bad_lines.jsonl: byte 25: line 2 is JSON but not an object"), std::string::npos) << said;
   std::remove(path.c_str());
 }
 

@@ -102,13 +102,25 @@ TEST(BadInputCrash, HeldOutWithZeroOrNegativeSequencesIsEmpty) {
 
 TEST(BadInputCrash, EvalBatchesAndMaxSequencesMustBePositive) {
   Config c = small_config(1);
-  apply_override(c, "train.eval_batches=0");
+  EXPECT_ERROR(apply_override(c, "train.eval_batches=0"), "--set train.eval_batches: expected an integer in [1, ");
+  c.train.eval_batches = 0;  // set in code, not read: validate still checks it
   EXPECT_ERROR(validate(c), "train.eval_batches = 0", "expected an integer in [1, ");
   std::string out;
   EXPECT_EQ(ctrl_cli("eval --model none.ckpt --data none --max-sequences 0", &out), 1);
   EXPECT_NE(out.find("--max-sequences 0: expected an integer in [1, "), std::string::npos) << out;
   EXPECT_EQ(ctrl_cli("eval --model none.ckpt --data none --max-sequences -1", &out), 1);
   EXPECT_NE(out.find("--max-sequences -1: expected an integer in [1, "), std::string::npos) << out;
+}
+
+// A directory where a file belongs (--tokenizer corpus/) is named as such, not "read error".
+TEST(BadInputFlags, ADirectoryGivenForAFileIsNamed) {
+  const std::string dir = fresh_dir("dir_for_file");
+  make_directories(dir);
+  const std::string said = dir + ": is a directory; expected a file";
+  EXPECT_ERROR(read_file(dir), said.c_str());
+  std::string out;
+  EXPECT_EQ(ctrl_cli("plan --config small --tokens 1e6 --machine " + dir, &out), 1);
+  EXPECT_NE(out.find(said), std::string::npos) << out;
 }
 
 // An empty value, and a flag where a value belongs (the value forgotten), are refused in one
@@ -643,19 +655,20 @@ TEST(BadInputConfig, EveryValueIsCheckedWithItsRangeInTheMessage) {
     const char* set;
     const char* expect;
   };
-  for (const Case& k : std::vector<Case>{{"train.lr=inf", "train.lr = inf: expected a number in (0, 100]"},
-                                         {"train.lr=nan", "train.lr = nan"},
-                                         {"train.beta1=5", "train.beta1 = 5: expected a number in [0, 1)"},
-                                         {"train.eps=-1", "train.eps = -1: expected a number in (0, 1]"},
-                                         {"train.weight_decay=-100", "train.weight_decay = -100: expected a number in [0, 10]"},
-                                         {"model.layer_norm_eps=inf", "model.layer_norm_eps = inf: expected a number in (0, 1]"},
-                                         {"train.eval_batches=0", "train.eval_batches = 0"},
-                                         {"train.seed=-1", "train.seed = 18446744073709551615: expected an integer in [0, 2^63-1]"},
-                                         {"model.n_ctx=1", "model.n_ctx = 1: expected an integer in [2, "},
-                                         {"train.loss_scale=0", "train.loss_scale = 0"}}) {
-    Config c = small_config(1);
-    apply_override(c, k.set);
-    EXPECT_ERROR(validate(c), k.expect);
+  for (const Case& k : std::vector<Case>{
+           {"train.lr=inf", "train.lr = inf: expected a number in (0, 100]"},
+           {"train.lr=nan", "train.lr = nan"},
+           {"train.beta1=5", "train.beta1 = 5: expected a number in [0, 1)"},
+           {"train.eps=-1", "train.eps = -1: expected a number in (0, 1]"},
+           {"train.weight_decay=-100", "train.weight_decay = -100: expected a number in [0, 10]"},
+           {"model.layer_norm_eps=inf", "model.layer_norm_eps = inf: expected a number in (0, 1]"},
+           {"train.eval_batches=0", "--set train.eval_batches: expected an integer in [1, "},
+           {"train.seed=-1", "--set train.seed: expected an integer in [0, 2^63-1], got -1"},
+           {"model.n_layer=4294967297", "--set model.n_layer: expected an integer in [1, 1048576], got 4294967297"},
+           {"model.n_ctx=1", "--set model.n_ctx: expected an integer in [2, "},
+           {"train.loss_scale=0", "train.loss_scale = 0"}}) {
+    Config c = small_config(1);  // integers are checked as they are read, before they are narrowed
+    EXPECT_ERROR((apply_override(c, k.set), validate(c)), k.expect);
   }
   Config ok = small_config(1);
   EXPECT_NO_THROW(validate(ok));

@@ -1,5 +1,6 @@
 // ctrl eval: held-out loss and perplexity per control code; with --codes the
 // code-by-code matrix and each code's control gain (eval/control.h).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -122,13 +123,22 @@ int run(const std::vector<std::string>& argv) {
   auto data = std::make_shared<Dataset>(Dataset::open(args.require("data")));
   check_corpus_matches(ckpt.contents(), *data, "ctrl eval");
   Batches batches = Batches::from_dataset(data, config.model.n_ctx, config.train.seed);
-  const int64_t batch = has_batch ? batch_flag : config.train.micro_batch;
+  // No more windows at a time than any code has: a --batch far above them would only hold memory.
+  int64_t most_windows = 1;
+  for (size_t c = 0; c < batches.n_codes(); ++c)
+    most_windows = std::max(most_windows, batches.held_out_windows(c, max_sequences));
+  const int64_t batch = std::min(has_batch ? batch_flag : config.train.micro_batch, most_windows);
   auto ops = make_ops(args.has("device") ? args.get("device") : "cpu", int(args.get_int("threads", 0, 0, 1 << 16)));
   Model model(config.model, *ops, batch);
   ckpt.load_parameters(model);
   const std::string no_window =
       args.get("data") + ": no control code has a held-out window of n_ctx tokens (" + held_out_gap_note(batches) + ")";
   const std::string out = args.has("out") ? args.get("out") : default_out_dir(model_path);
+  if (codes || accuracy) {  // checked now, not after the scoring: a long --control-accuracy run is not lost
+    std::error_code ec;
+    if (std::filesystem::exists(out, ec) && !std::filesystem::is_directory(out, ec))
+      fail(out + ": exists and is not a directory; --out names the directory for eval's files");
+  }
   nlohmann::ordered_json json_out;
   if (codes) {
     const CodeMatrix m = code_matrix(model, batches, batch, max_sequences, args.has("json"));

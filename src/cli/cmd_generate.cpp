@@ -7,6 +7,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "core/file_io.h"
+#include "corpus/input.h"
 #include "generate/generator.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
@@ -87,6 +88,10 @@ int run(const std::vector<std::string>& argv) {
       fail("ctrl generate: " + model_path +
            " holds no tokenizer (trained on synthetic tokens, or imported without --tokenizer), so "
            "--prompt cannot be encoded");
+    uint64_t invalid = 0, first_invalid = 0;
+    sanitize_utf8(args.get("prompt"), &invalid, &first_invalid);
+    if (invalid > 0)  // cleaning would drop the bytes silently
+      fail("ctrl generate: --prompt: invalid UTF-8 at byte " + std::to_string(first_invalid) + "; expected UTF-8 text");
     for (int32_t t : tokenizer->encode(args.get("prompt"))) history.push_back(t);
   }
   auto ops = make_ops(args.has("device") ? args.get("device") : "cpu", int(args.get_int("threads", 0, 0, 1 << 16)));

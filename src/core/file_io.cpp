@@ -62,8 +62,10 @@ std::string read_file(const std::string& path) {
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
   const bool bad = std::ferror(f);
+  const int read_errno = errno;
   std::fclose(f);
-  if (bad) fail(path + ": read error");
+  if (bad && read_errno == EISDIR) fail(path + ": is a directory; expected a file");
+  if (bad) fail(path + ": read error: " + std::strerror(read_errno));
   return out;
 }
 

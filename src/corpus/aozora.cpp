@@ -3,6 +3,7 @@
 #include <iconv.h>
 #include <zip.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -144,20 +145,23 @@ std::string resolve_gaiji(std::string_view note) {
 }
 
 // Aozora accent notation: letter + mark -> accented letter (青空文庫「アクセント分解」の表).
+// The apostrophe and comma forms of consonants (l' n' s' t,) are left out: inside a span they are more
+// often French elision or punctuation (l'existence, Menschenwelt,) than ĺ ń ś ţ.
 struct Accent {
   char mark;
   std::string_view bases;
-  std::array<std::string_view, 12> composed;
+  std::array<std::string_view, 20> composed;
 };
 const Accent kAccents[] = {
     {'`', "aeiouAEIOU", {"à", "è", "ì", "ò", "ù", "À", "È", "Ì", "Ò", "Ù"}},
     {'\'', "aeiouyAEIOUY", {"á", "é", "í", "ó", "ú", "ý", "Á", "É", "Í", "Ó", "Ú", "Ý"}},
-    {'^', "aeiouAEIOU", {"â", "ê", "î", "ô", "û", "Â", "Ê", "Î", "Ô", "Û"}},
+    {'^', "aeioucghjsAEIOUCGHJS", {"â", "ê", "î", "ô", "û", "ĉ", "ĝ", "ĥ", "ĵ", "ŝ",
+                                   "Â", "Ê", "Î", "Ô", "Û", "Ĉ", "Ĝ", "Ĥ", "Ĵ", "Ŝ"}},
     {':', "aeiouyAEIOUY", {"ä", "ë", "ï", "ö", "ü", "ÿ", "Ä", "Ë", "Ï", "Ö", "Ü", "Ÿ"}},
-    {'~', "anoANO", {"ã", "ñ", "õ", "Ã", "Ñ", "Õ"}},
-    {'&', "aA", {"å", "Å"}},
+    {'~', "anoiuANOIU", {"ã", "ñ", "õ", "ĩ", "ũ", "Ã", "Ñ", "Õ", "Ĩ", "Ũ"}},
+    {'&', "auAU", {"å", "ů", "Å", "Ů"}},
     {',', "cC", {"ç", "Ç"}},
-    {'/', "oO", {"ø", "Ø"}},
+    {'/', "odhlODHL", {"ø", "đ", "ħ", "ł", "Ø", "Đ", "Ħ", "Ł"}},
     {'_', "aeiouAEIOU", {"ā", "ē", "ī", "ō", "ū", "Ā", "Ē", "Ī", "Ō", "Ū"}},
 };
 
@@ -193,13 +197,19 @@ std::string decode_accents(std::string_view s) {
 }
 
 // Removes ruby 《…》 and its start mark ｜, ［＃…］ annotations (nested too), and decodes 〔…〕 accent spans.
-// Works line by line; an unclosed bracket drops only its opener.
+// Works line by line; an unclosed bracket drops only its opener. A gaiji, resolved or 〓, is a character of
+// the text: never a bracket of the notation and never part of an accent mark.
 std::string strip_notation(std::string_view line, AozoraText& result) {
   static constexpr std::string_view kGaiji = "※［＃", kAnnot = "［＃", kOpenSq = "［", kCloseSq = "］",
                                     kRubyOpen = "《", kRubyClose = "》", kBar = "｜", kAccOpen = "〔", kAccClose = "〕",
                                     kRepeat = "／＼", kRepeatVoiced = "／″＼";
   std::string out;
   out.reserve(line.size());
+  std::vector<std::pair<size_t, size_t>> gaiji;  // [begin, end) in out, in order
+  auto cut_to = [&](size_t n) {
+    out.resize(n);
+    while (!gaiji.empty() && gaiji.back().first >= n) gaiji.pop_back();
+  };
   size_t depth = 0;          // inside ［＃…］
   size_t annot_start = 0;    // output position where the outermost annotation began
   bool in_ruby = false;
@@ -208,15 +218,21 @@ std::string strip_notation(std::string_view line, AozoraText& result) {
   while (i < line.size()) {
     const std::string_view rest = line.substr(i);
     if (depth == 0 && starts_with(rest, kGaiji)) {  // ※［＃…］: the character itself, never taken as notation
-      const size_t close = rest.find(kCloseSq);
-      if (close != std::string_view::npos) {
-        const std::string c = resolve_gaiji(rest.substr(kGaiji.size(), close - kGaiji.size()));
-        if (c.empty()) ++result.gaiji_unresolved;
-        else ++result.gaiji_resolved;
-        out += c.empty() ? "〓" : c;
+      const size_t close = rest.find(kCloseSq), next_open = rest.find(kOpenSq, kGaiji.size());
+      std::string c;
+      if (close != std::string_view::npos && close < next_open) {
+        c = resolve_gaiji(rest.substr(kGaiji.size(), close - kGaiji.size()));
         i += close + kCloseSq.size();
-        continue;
+      } else {  // the note is not closed before the next bracket: an unknown character, the note's text stays
+        i += kGaiji.size();
       }
+      if (c.empty())
+        ++result.gaiji_unresolved;
+      else
+        ++result.gaiji_resolved;
+      gaiji.emplace_back(out.size(), out.size() + (c.empty() ? std::string_view("〓").size() : c.size()));
+      out += c.empty() ? "〓" : c;
+      continue;
     }
     if (starts_with(rest, kAnnot)) {
       if (depth == 0) annot_start = out.size();
@@ -226,14 +242,14 @@ std::string strip_notation(std::string_view line, AozoraText& result) {
       ++depth;
       i += kOpenSq.size();
     } else if (depth > 0 && starts_with(rest, kCloseSq)) {
-      if (--depth == 0) out.resize(annot_start);
+      if (--depth == 0) cut_to(annot_start);
       i += kCloseSq.size();
     } else if (depth == 0 && starts_with(rest, kRubyOpen)) {
       in_ruby = true;
       ruby_start = out.size();
       i += kRubyOpen.size();
     } else if (depth == 0 && in_ruby && starts_with(rest, kRubyClose)) {
-      out.resize(ruby_start);
+      cut_to(ruby_start);
       in_ruby = false;
       i += kRubyClose.size();
     } else if (starts_with(rest, kBar)) {
@@ -250,6 +266,7 @@ std::string strip_notation(std::string_view line, AozoraText& result) {
     }
   }
   // Unclosed annotation or ruby: their openers are already dropped, their text stays (minus ruby brackets).
+  // (Gaiji are resolved only outside annotations, so none lies in this tail.)
   if (depth > 0) {
     std::string tail;
     for (size_t k = annot_start; k < out.size(); ++k) {
@@ -260,23 +277,58 @@ std::string strip_notation(std::string_view line, AozoraText& result) {
     out.resize(annot_start);
     out += tail;
   }
-  // Accent spans: 〔…〕 holding only ASCII are decoded and lose their brackets.
+  // Accent spans: 〔…〕 whose text outside gaiji is ASCII are decoded and lose their brackets.
+  auto gaiji_end_at = [&](size_t pos) -> size_t {  // the end of the gaiji starting at pos, or 0
+    const auto g = std::lower_bound(gaiji.begin(), gaiji.end(), std::make_pair(pos, size_t{0}));
+    return g != gaiji.end() && g->first == pos ? g->second : 0;
+  };
   std::string decoded;
   size_t p = 0;
-  for (;;) {
-    const size_t open = out.find(kAccOpen, p);
-    if (open == std::string::npos) break;
-    const size_t close = out.find(kAccClose, open + kAccOpen.size());
-    if (close == std::string::npos) break;
-    const std::string_view inner = std::string_view(out).substr(open + kAccOpen.size(), close - open - kAccOpen.size());
-    bool ascii = !inner.empty();
-    for (char c : inner) if (static_cast<unsigned char>(c) >= 0x80) ascii = false;
-    decoded.append(out, p, open - p);
-    if (ascii) decoded += decode_accents(inner);
-    else decoded.append(out, open, close + kAccClose.size() - open);
-    p = close + kAccClose.size();
+  while (p < out.size()) {
+    if (const size_t g = gaiji_end_at(p)) {
+      decoded.append(out, p, g - p);
+      p = g;
+      continue;
+    }
+    if (out.compare(p, kAccOpen.size(), kAccOpen) != 0) {
+      decoded += out[p++];
+      continue;
+    }
+    // A span: its pieces are ASCII runs (decoded) and gaiji (kept); anything else means it is not notation.
+    std::string span;
+    bool ascii_seen = false, notation = true;
+    size_t q = p + kAccOpen.size(), run = q;
+    auto flush_run = [&](size_t to) {
+      span += decode_accents(std::string_view(out).substr(run, to - run));
+      ascii_seen |= to > run;
+    };
+    for (;;) {
+      if (q >= out.size()) {
+        notation = false;
+        break;
+      }
+      if (const size_t g = gaiji_end_at(q)) {
+        flush_run(q);
+        span.append(out, q, g - q);
+        q = run = g;
+      } else if (out.compare(q, kAccClose.size(), kAccClose) == 0) {
+        flush_run(q);
+        break;
+      } else if (static_cast<unsigned char>(out[q]) >= 0x80) {
+        notation = false;
+        break;
+      } else {
+        ++q;
+      }
+    }
+    if (notation && ascii_seen) {
+      decoded += span;
+      p = q + kAccClose.size();
+    } else {  // the bracket is text; what follows is scanned again (it may open a span of its own)
+      decoded.append(out, p, kAccOpen.size());
+      p += kAccOpen.size();
+    }
   }
-  decoded.append(out, std::min(p, out.size()), std::string::npos);
   return decoded;
 }
 
@@ -365,6 +417,32 @@ bool looks_euc_jp(std::string_view bytes) {
   return high;
 }
 
+namespace {
+
+// glibc's SHIFT_JISX0213 reads the single bytes 0x5C and 0x7E as JIS X 0201's ¥ and ‾; CP932, the WHATWG
+// decoder and Python read them as ASCII \ and ~, and so do the files' writers (paths, URLs, Aozora's accent
+// notation: 〔Espan~a〕). Its double-byte ￥ and ￣ decode to U+FFE5 and U+FFE3, so in its output U+00A5 and
+// U+203E can only be those two bytes.
+void ascii_for_jis_roman(std::string& utf8) {
+  if (utf8.find("\xC2\xA5") == std::string::npos && utf8.find("\xE2\x80\xBE") == std::string::npos) return;
+  std::string out;
+  out.reserve(utf8.size());
+  for (size_t i = 0; i < utf8.size(); ++i) {
+    if (utf8.compare(i, 2, "\xC2\xA5") == 0) {
+      out += '\\';
+      i += 1;
+    } else if (utf8.compare(i, 3, "\xE2\x80\xBE") == 0) {
+      out += '~';
+      i += 2;
+    } else {
+      out += utf8[i];
+    }
+  }
+  utf8 = std::move(out);
+}
+
+}  // namespace
+
 std::string decode_japanese_bytes(std::string_view raw, uint64_t* bad_bytes, uint64_t* first_bad_offset,
                                   TextEncoding* encoding) {
   *bad_bytes = 0;
@@ -395,7 +473,13 @@ std::string decode_japanese_bytes(std::string_view raw, uint64_t* bad_bytes, uin
     const bool del = line.find('\x7F') != std::string_view::npos;
     Converter& first_choice = euc ? euc_jp : has_cp932_extension(line) ? cp932 : sjis;
     Converter& second_choice = euc ? euc_jisx0213 : &first_choice == &cp932 ? sjis : cp932;
-    if (!del && (first_choice.convert(line, piece) || second_choice.convert(line, piece))) {
+    Converter* used = nullptr;
+    if (!del)
+      used = first_choice.convert(line, piece)    ? &first_choice
+             : second_choice.convert(line, piece) ? &second_choice
+                                                  : nullptr;
+    if (used) {
+      if (used == &sjis) ascii_for_jis_roman(piece);
       out += piece;
     } else {
       std::optional<size_t> bad_in_line;
@@ -439,29 +523,43 @@ std::string undecodable_bytes_text(uint64_t bad, TextEncoding encoding) {
 AozoraText aozora_to_text(std::string_view utf8) {
   AozoraText result;
   const std::vector<std::string_view> lines = split_lines(utf8);
-  size_t begin = 0;
-  // Header: title and author lines up to the first blank line: a few short
-  // lines. (A first line that already carries notation is body text, and so is
-  // a first paragraph of long or many lines: there is no header.)
-  size_t header_lines = 0;
-  bool header_short = true;
-  // (It also ends at the symbol block's rule, which some files put right under the title.)
+  size_t first = 0;  // leading blank lines
+  while (first < lines.size() && is_blank(lines[first])) ++first;
+  // The 【テキスト中に現れる記号について】 block: between two rules of hyphens, naming the notation
+  // (《》：ルビ, ［＃］：入力者注…). Rules around anything else are the author's text.
+  auto after_symbol_block = [&](size_t k) -> size_t {  // the line after the block's closing rule, or 0
+    while (k < lines.size() && is_blank(lines[k])) ++k;
+    if (k >= lines.size() || !starts_with(lines[k], "-----")) return 0;
+    bool names_notation = false;
+    for (size_t close = k + 1; close < lines.size(); ++close) {
+      const std::string_view l = lines[close];
+      if (starts_with(l, "-----")) return names_notation ? close + 1 : 0;
+      for (std::string_view mark : {"【テキスト中に現れる記号について】", "《》：", "［＃］："})
+        names_notation |= l.find(mark) != std::string_view::npos;
+    }
+    return 0;
+  };
+  // Header: title and author lines up to the first blank line (or the symbol block's rule, which some
+  // files put right under the title). Followed by the symbol block, it is the header whatever it holds;
+  // otherwise only a few short lines without notation are (a first line with ［＃ or 《, or a first
+  // paragraph of long or many lines, is body text).
   auto header_line = [&](size_t j) { return !is_blank(lines[j]) && !starts_with(lines[j], "-----"); };
-  for (; header_lines < lines.size() && header_line(header_lines); ++header_lines)
-    if (count_chars(lines[header_lines]) > kMaxHeaderLineChars) header_short = false;
-  if (!lines.empty() && !is_blank(lines[0]) && lines[0].find("［＃") == std::string_view::npos &&
-      lines[0].find("《") == std::string_view::npos && header_lines <= kMaxHeaderLines && header_short) {
-    result.title = std::string(lines[0]);
-    if (lines.size() > 1 && !is_blank(lines[1])) result.author = std::string(lines[1]);
-    while (begin < lines.size() && header_line(begin)) ++begin;
-  }
-  // The 【テキスト中に現れる記号について】 block between two rules of hyphens.
-  size_t k = begin;
-  while (k < lines.size() && is_blank(lines[k])) ++k;
-  if (k < lines.size() && starts_with(lines[k], "-----")) {
-    size_t close = k + 1;
-    while (close < lines.size() && !starts_with(lines[close], "-----")) ++close;
-    if (close < lines.size()) begin = close + 1;
+  size_t header_end = first;
+  bool header_short = true;
+  for (; header_end < lines.size() && header_line(header_end); ++header_end)
+    if (count_chars(lines[header_end]) > kMaxHeaderLineChars) header_short = false;
+  const size_t block_end = after_symbol_block(header_end);
+  const bool header = header_end > first && (block_end > 0 || (header_end - first <= kMaxHeaderLines && header_short &&
+                                                               lines[first].find("［＃") == std::string_view::npos &&
+                                                               lines[first].find("《") == std::string_view::npos));
+  size_t begin = first;
+  if (header) {
+    AozoraText ignored;  // the header's gaiji are not the body's
+    result.title = strip_notation(lines[first], ignored);
+    if (header_end - first > 1) result.author = strip_notation(lines[first + 1], ignored);
+    begin = block_end > 0 ? block_end : header_end;
+  } else if (const size_t end_of_block = after_symbol_block(first)) {
+    begin = end_of_block;
   }
   // Footer: from 底本： (at a line start) or ［＃本文終わり］.
   size_t end = lines.size();

@@ -18,7 +18,7 @@ void Warnings::warn(const std::string& file, uint64_t offset, const std::string&
   std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.warnings;
   if (stats_.warnings <= max_printed_) {
-    print_line("ctrl: warning: " + file + ":" + std::to_string(offset) + ": " + what);
+    print_line("ctrl: warning: " + file + ": byte " + std::to_string(offset) + ": " + what);
     if (stats_.warnings == max_printed_) print_line("ctrl: further warnings are only counted");
   }
 }
@@ -186,6 +186,7 @@ bool LineReader::next(std::string& line) {
   for (;;) {
     const size_t nl = buffer_.find('\n', scan);
     if (nl != std::string::npos) {
+      ++line_number_;
       if (skipping) {
         pos_ = scan = nl + 1;
         skipping = false;
@@ -213,6 +214,7 @@ bool LineReader::next(std::string& line) {
     const size_t unread = buffer_.size() - pos_;
     if (!fill()) {
       if (!skipping && pos_ < buffer_.size()) {
+        ++line_number_;
         line_offset_ = buffer_offset_ + pos_;
         line.assign(buffer_, pos_, std::string::npos);
         pos_ = buffer_.size();

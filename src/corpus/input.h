@@ -23,7 +23,7 @@ struct ReaderOptions {
 };
 
 // Counts problems found in the input; prints the first max_printed to stderr
-// as "ctrl: warning: <file>:<offset>: <what>". Thread-safe.
+// as "ctrl: warning: <file>: byte <offset>: <what>". Thread-safe.
 class Warnings {
  public:
   Warnings(ReadStats& stats, size_t max_printed) : stats_(stats), max_printed_(max_printed) {}
@@ -83,9 +83,11 @@ std::unique_ptr<ByteStream> memory_byte_stream(std::string_view bytes, const std
 class LineReader {
  public:
   LineReader(ByteStream& stream, std::string name, Warnings& warnings, size_t max_line = size_t(64) << 20);
-  // Next line into line; false at the end. line_offset() is the offset of the line returned.
+  // Next line into line; false at the end. line_offset() is the offset of the line returned, line_number()
+  // its number (from 1, skipped over-long lines counted).
   bool next(std::string& line);
   uint64_t line_offset() const { return line_offset_; }
+  uint64_t line_number() const { return line_number_; }
 
  private:
   bool fill();
@@ -95,7 +97,7 @@ class LineReader {
   size_t max_line_;
   std::string buffer_;
   size_t pos_ = 0;
-  uint64_t buffer_offset_ = 0, line_offset_ = 0;
+  uint64_t buffer_offset_ = 0, line_offset_ = 0, line_number_ = 0;
   bool eof_ = false;
 };
 

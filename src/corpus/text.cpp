@@ -92,7 +92,8 @@ void read_json_lines(ByteStream& stream, const std::string& file, ReadContext& c
     std::string valid = sanitize_utf8(line, &invalid_bytes, &first_invalid);
     if (invalid_bytes > 0) {
       context.warnings.warn(file, lines.line_offset() + first_invalid,
-                            std::to_string(invalid_bytes) + " invalid UTF-8 byte(s) dropped from this line (expected UTF-8 JSON)");
+                            std::to_string(invalid_bytes) + " invalid UTF-8 byte(s) dropped from line " +
+                                std::to_string(lines.line_number()) + " (expected UTF-8 JSON)");
       line = std::move(valid);
     }
     nlohmann::json j;
@@ -105,14 +106,16 @@ void read_json_lines(ByteStream& stream, const std::string& file, ReadContext& c
     }
     if (!why.empty() || !j.is_object()) {
       context.warnings.warn(file, lines.line_offset(),
-                            why.empty() ? "line is JSON but not an object (expected {\"text\": ...}); skipped"
-                                        : "line is not valid JSON (" + why + "); skipped");
+                            "line " + std::to_string(lines.line_number()) +
+                                (why.empty() ? " is JSON but not an object (expected {\"text\": ...}); skipped"
+                                             : " is not valid JSON (" + why + "); skipped"));
       context.stats.drop("bad_json");
       continue;
     }
     auto text = j.find("text");
     if (text == j.end() || !text->is_string()) {
-      context.warnings.warn(file, lines.line_offset(), "JSON line has no string \"text\" field; skipped");
+      context.warnings.warn(file, lines.line_offset(),
+                            "line " + std::to_string(lines.line_number()) + " has no string \"text\" field; skipped");
       context.stats.drop("bad_json");
       continue;
     }

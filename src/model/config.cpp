@@ -68,13 +68,20 @@ std::string Range::text(Kind kind) const {
          ", " + bound(hi) + (hi_open ? ")" : "]");
 }
 
+// Checked before the value is narrowed to its field's type, where -1 would become 2^64-1 and 2^32+1 become 1.
+int64_t parse_int_in(const std::string& v, const std::string& where, const Range& range) {
+  const int64_t x = parse_int(v, where);
+  if (!range.contains(double(x))) fail(where + ": expected " + range.text(Kind::kInt) + ", got " + std::to_string(x));
+  return x;
+}
+
 constexpr double kI63 = 9223372036854775807.0;  // int64 max, as the top of "any count"
 constexpr double kBig = double(int64_t(1) << 40);
 
 #define INT_FIELD(section, name, lo, hi)                                                    \
   Field{#section "." #name, [](const Config& c) { return num_str(c.section.name); },        \
         [](Config& c, const std::string& v, const std::string& w) {                         \
-          c.section.name = static_cast<decltype(c.section.name)>(parse_int(v, w));          \
+          c.section.name = static_cast<decltype(c.section.name)>(parse_int_in(v, w, Range{lo, hi})); \
         },                                                                                  \
         Kind::kInt, Range{lo, hi}, [](const Config& c) { return double(int64_t(c.section.name)); }}
 #define REAL_FIELD(section, name, ...)                                                      \

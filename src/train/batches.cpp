@@ -87,15 +87,19 @@ void Batches::train(int64_t first, int64_t n, int32_t* tokens, int32_t* targets)
   }
 }
 
+int64_t Batches::held_out_windows(size_t c, int64_t max_sequences) const {
+  if (!data_ || max_sequences < 1) return 0;
+  return std::min<int64_t>(max_sequences, int64_t(data_->valid(c).size() / uint64_t(T_)));
+}
+
 int64_t Batches::held_out(size_t c, int64_t max_sequences, std::vector<int32_t>* tokens,
                           std::vector<int32_t>* targets) const {
   tokens->clear();
   targets->clear();
-  if (!data_) return 0;
-  const TokenStream& s = data_->valid(c);
   // No window asked for (or none fits) is an empty answer, never a division by zero below.
-  if (max_sequences < 1 || s.size() < uint64_t(T_)) return 0;
-  const int64_t windows = std::min<int64_t>(max_sequences, int64_t(s.size() / uint64_t(T_)));
+  const int64_t windows = held_out_windows(c, max_sequences);
+  if (windows == 0) return 0;
+  const TokenStream& s = data_->valid(c);
   tokens->resize(size_t(windows * T_));
   targets->resize(size_t(windows * T_));
   const uint64_t stride = s.size() / uint64_t(windows);

@@ -42,6 +42,8 @@ class Batches {
   // spread evenly over its held-out stream (the same every time). Returns how
   // many: 0 when max_sequences < 1 or the stream is shorter than T.
   int64_t held_out(size_t c, int64_t max_sequences, std::vector<int32_t>* tokens, std::vector<int32_t>* targets) const;
+  // How many windows held_out gives, without making them.
+  int64_t held_out_windows(size_t c, int64_t max_sequences) const;
 
  private:
   void fill(size_t code, const TokenStream* stream, uint64_t offset, int32_t* tokens, int32_t* targets) const;
