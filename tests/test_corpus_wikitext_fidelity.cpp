@@ -206,7 +206,7 @@ TEST(WikitextFidelity, AozoraInvalidByteWarningNamesItsOffsetAndDelIsNoText) {
   testing::internal::CaptureStderr();
   ctrl::read_source({"青空文庫", dir + "/bad.txt"}, options, [](ctrl::Document&&) {});
   const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_TRUE(contains(err, "bad.txt:" + std::to_string(at) + ": 2 byte(s)")) << err;
+  EXPECT_TRUE(contains(err, "bad.txt: byte " + std::to_string(at) + ": 2 byte(s)")) << err;
 }
 
 TEST(WikitextFidelity, JsonLineWithInvalidUtf8IsReportedAsSuchAndKept) {
@@ -222,7 +222,7 @@ TEST(WikitextFidelity, JsonLineWithInvalidUtf8IsReportedAsSuchAndKept) {
       ctrl::read_source({"Web", dir + "/bad.jsonl"}, options, [&](ctrl::Document&& d) { texts.push_back(d.text); });
   const std::string err = testing::internal::GetCapturedStderr();
   const size_t offset = line + std::string("{\"text\": \"壊れた").size();
-  EXPECT_TRUE(contains(err, "bad.jsonl:" + std::to_string(offset) + ": 1 invalid UTF-8 byte(s)")) << err;
+  EXPECT_TRUE(contains(err, "bad.jsonl: byte " + std::to_string(offset) + ": 1 invalid UTF-8 byte(s)")) << err;
   ASSERT_FALSE(texts.empty());
   EXPECT_EQ(texts.back(), "壊れた文字");
   EXPECT_EQ(stats.dropped.at("bad_json"), 2u);  // only the two lines of the sample that are bad JSON

@@ -117,6 +117,16 @@ TEST(HuggingFace, RefusesAConfigThatDoesNotDescribeItsWeights) {
                 .find("control_codes.Wiki is \"3\", expected a token id"),
             std::string::npos);
   EXPECT_NE(error_with("control_codes", nlohmann::json::array({"Wiki"})).find("expected an object"), std::string::npos);
+  // Fields ctrl does not use must still describe these weights; sizes out of range name config.json's keys.
+  EXPECT_NE(error_with("eos_token_id", "x").find("\"eos_token_id\" is \"x\", expected a token id below vocab_size 96"),
+            std::string::npos);
+  EXPECT_NE(error_with("eos_token_id", 96).find("expected a token id below vocab_size 96"), std::string::npos);
+  EXPECT_NE(error_with("architectures", nlohmann::json::array({"GPT2LMHeadModel"}))
+                .find("\"architectures\" is [\"GPT2LMHeadModel\"], expected [\"CTRLLMHeadModel\"]"),
+            std::string::npos);
+  const std::string range = error_with("n_positions", 1);
+  EXPECT_EQ(range.rfind(dir + "/config.json: n_positions (model.n_ctx) = 1: expected an integer in [2, ", 0), 0u)
+      << range;
   std::filesystem::remove_all(dir);
 }
 

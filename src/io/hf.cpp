@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -238,7 +239,35 @@ void import_hf(const std::string& dir, const std::string& checkpoint_path, const
   c.model.init_range = number_field(hf, "initializer_range", 0.02, config_path);
   if (hf.contains("tie_word_embeddings") && hf["tie_word_embeddings"] == false)
     fail(config_path + ": tie_word_embeddings is false; ctrl's CTRL ties the output to the input embedding");
-  validate(c);
+  // Fields ctrl does not use are still the file's claims about these weights: a wrong one means the file is
+  // not what it says (another model's config, a hand edit gone wrong).
+  if (hf.contains("architectures")) {
+    const auto& a = hf["architectures"];
+    if (!a.is_array() || std::find(a.begin(), a.end(), "CTRLLMHeadModel") == a.end())
+      fail(config_path + ": \"architectures\" is " + a.dump().substr(0, 80) + ", expected [\"CTRLLMHeadModel\"]");
+  }
+  for (const char* id : {"eos_token_id", "bos_token_id", "pad_token_id"})
+    if (hf.contains(id) && !hf[id].is_null()) {
+      const auto& v = hf[id];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.model.vocab_size)
+        fail(config_path + ": \"" + id + "\" is " + v.dump().substr(0, 80) + ", expected a token id below vocab_size " +
+             std::to_string(c.model.vocab_size));
+    }
+  try {
+    validate(c);
+  } catch (const Error& e) {  // validate names ctrl's keys; the user edits config.json's
+    std::string said = e.what();
+    if (said.rfind("config " + dir + ": ", 0) == 0) said = config_path + said.substr(("config " + dir).size());
+    for (const auto& [ours, theirs] :
+         std::initializer_list<std::pair<std::string, std::string>>{{"model.n_ctx", "n_positions"},
+                                                                    {"model.d_model", "n_embd"},
+                                                                    {"model.d_ff", "dff"},
+                                                                    {"model.layer_norm_eps", "layer_norm_epsilon"},
+                                                                    {"model.init_range", "initializer_range"}})
+      if (const size_t at = said.find(ours); at != std::string::npos)
+        said.replace(at, ours.size(), theirs + " (" + ours + ")");
+    fail(said);
+  }
   const HfWeights file(dir);
   const ParamLayout layout = make_param_layout(c.model);
   for (const auto& t : layout.tensors) (void)file.read_floats(t.name, t.shape);  // all present, right shapes
