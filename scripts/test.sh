@@ -13,6 +13,10 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 # stalling (MixedPrecision.LossCurvesOnTinyStayCloseToFp32 hit the 900 s timeout
 # on a 2-core machine at load 15 with spinning threads).
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
-(cd build && ctest --output-on-failure -j1 --timeout 900)
+# Entries run side by side, one per CPU up to 4: most are short or wait on the
+# processes they start, so two at a time on 2 cores finish sooner than one at
+# a time; 4 bounds the memory of the largest ones running together.
+export CTEST_JOBS="${CTEST_JOBS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
+(cd build && ctest --output-on-failure -j"$CTEST_JOBS" --timeout 900)
 bash scripts/test_asan.sh
 if [ -f scripts/fuzz.sh ]; then bash scripts/fuzz.sh; fi

@@ -27,4 +27,4 @@ fi
 cmake --build "$BUILD" -j"$(nproc)" --target ctrl ctrl_tests
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-(cd "$BUILD" && ctest -L unit --output-on-failure -j1 --timeout 900 "$@")
+(cd "$BUILD" && ctest -L unit --output-on-failure -j"${CTEST_JOBS:-1}" --timeout 900 "$@")

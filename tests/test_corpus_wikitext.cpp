@@ -44,6 +44,9 @@ TEST(CorpusWikitext, ReadingsTransliterationsAndCountryNamesKeepTheirText) {
   EXPECT_EQ(wikitext_to_text("（{{JPN}}・下関港国際ターミナル ― {{KOR}}・釜山）"),
             "（日本・下関港国際ターミナル ― 韓国・釜山）");
   EXPECT_EQ(wikitext_to_text("* {{USA}}[[モンタナ州]]"), "アメリカ合衆国モンタナ州");
+  // Home nations, former states and IOC codes outside ISO 3166.
+  EXPECT_EQ(wikitext_to_text("{{ENG}}、{{URS}}、{{FRG}}、{{TPE}}、{{IRI}}"),
+            "イングランド、ソビエト連邦、西ドイツ、チャイニーズタイペイ、イラン");
   EXPECT_EQ(wikitext_to_text("{{flag|兵庫県}}と{{flag|JPN}}と{{flagcountry|USA}}"), "兵庫県と日本とアメリカ合衆国");
   EXPECT_EQ(wikitext_to_text("{{flagicon|USA}} アメリカ"), "アメリカ");  // the flag alone shows no text
   EXPECT_EQ(wikitext_to_text("{{col-list|2|\n* a\n* b}}"), "a\nb");      // a layout rule, not Colombia's code

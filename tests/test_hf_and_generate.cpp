@@ -124,6 +124,10 @@ TEST(HuggingFace, RefusesAConfigThatDoesNotDescribeItsWeights) {
   EXPECT_NE(error_with("architectures", nlohmann::json::array({"GPT2LMHeadModel"}))
                 .find("\"architectures\" is [\"GPT2LMHeadModel\"], expected [\"CTRLLMHeadModel\"]"),
             std::string::npos);
+  nlohmann::json unnamed = good;  // transformers writes null when it has no architectures to name: not a claim
+  unnamed["architectures"] = nullptr;
+  write_file_atomically(dir + "/config.json", unnamed.dump());
+  EXPECT_NO_THROW(import_hf(dir, temp_path("unnamed.ckpt"), {}, ""));
   const std::string range = error_with("n_positions", 1);
   EXPECT_EQ(range.rfind(dir + "/config.json: n_positions (model.n_ctx) = 1: expected an integer in [2, ", 0), 0u)
       << range;

@@ -218,9 +218,11 @@ std::string strip_notation(std::string_view line, AozoraText& result) {
   while (i < line.size()) {
     const std::string_view rest = line.substr(i);
     if (depth == 0 && starts_with(rest, kGaiji)) {  // ※［＃…］: the character itself, never taken as notation
-      const size_t close = rest.find(kCloseSq), next_open = rest.find(kOpenSq, kGaiji.size());
+      // Its ］ is looked for only up to the next ［: each search ends where the next note starts (linear).
+      const size_t next_open = rest.find(kOpenSq, kGaiji.size());
+      const size_t close = rest.substr(0, next_open).find(kCloseSq);
       std::string c;
-      if (close != std::string_view::npos && close < next_open) {
+      if (close != std::string_view::npos) {
         c = resolve_gaiji(rest.substr(kGaiji.size(), close - kGaiji.size()));
         i += close + kCloseSq.size();
       } else {  // the note is not closed before the next bracket: an unknown character, the note's text stays

@@ -241,7 +241,7 @@ void import_hf(const std::string& dir, const std::string& checkpoint_path, const
     fail(config_path + ": tie_word_embeddings is false; ctrl's CTRL ties the output to the input embedding");
   // Fields ctrl does not use are still the file's claims about these weights: a wrong one means the file is
   // not what it says (another model's config, a hand edit gone wrong).
-  if (hf.contains("architectures")) {
+  if (hf.contains("architectures") && !hf["architectures"].is_null()) {
     const auto& a = hf["architectures"];
     if (!a.is_array() || std::find(a.begin(), a.end(), "CTRLLMHeadModel") == a.end())
       fail(config_path + ": \"architectures\" is " + a.dump().substr(0, 80) + ", expected [\"CTRLLMHeadModel\"]");
@@ -264,7 +264,7 @@ void import_hf(const std::string& dir, const std::string& checkpoint_path, const
                                                                     {"model.d_ff", "dff"},
                                                                     {"model.layer_norm_eps", "layer_norm_epsilon"},
                                                                     {"model.init_range", "initializer_range"}})
-      if (const size_t at = said.find(ours); at != std::string::npos)
+      if (const size_t at = said.find(ours, config_path.size()); at != std::string::npos)
         said.replace(at, ours.size(), theirs + " (" + ours + ")");
     fail(said);
   }

@@ -68,7 +68,7 @@ std::string Range::text(Kind kind) const {
          ", " + bound(hi) + (hi_open ? ")" : "]");
 }
 
-// Checked before the value is narrowed to its field's type, where -1 would become 2^64-1 and 2^32+1 become 1.
+// Checked before the value is cast to its field's type, where -1 would become 2^64-1 (seeds are unsigned).
 int64_t parse_int_in(const std::string& v, const std::string& where, const Range& range) {
   const int64_t x = parse_int(v, where);
   if (!range.contains(double(x))) fail(where + ": expected " + range.text(Kind::kInt) + ", got " + std::to_string(x));
