@@ -121,6 +121,9 @@ TEST(CorpusAozora, Cp932ExtensionCharactersAreNotReadAsJisX0213) {
   EXPECT_EQ(bad, 0u);
   // Without extension characters a line stays JIS X 0213: 0x8160 is the wave dash U+301C, not CP932's U+FF5E.
   EXPECT_EQ(ctrl::decode_japanese_bytes(std::string("\x82\xa0\x81\x60\r\n", 6), &bad), "あ\u301C\n");
+  // And on a line with an extension character the same bytes give the same symbols: ― 〜 − as JIS X 0213 has them.
+  EXPECT_EQ(ctrl::decode_japanese_bytes("\xFA\xB1\x81\x5C\x81\x60\x81\x7C\r\n\x81\x5C\x81\x60\x81\x7C\r\n", &bad),
+            "﨑\u2014\u301C\u2212\n\u2014\u301C\u2212\n");
 }
 
 // EUC-JP text (a common Japanese encoding besides Shift_JIS) is read as

@@ -443,6 +443,19 @@ void ascii_for_jis_roman(std::string& utf8) {
   utf8 = std::move(out);
 }
 
+// The seven JIS X 0208 symbols that CP932 maps to other code points than JIS X 0213 does (0x815C ―,
+// 0x8160 〜, 0x8161 ‖, 0x817C −, 0x8191 ¢, 0x8192 £, 0x81CA ¬), given JIS X 0213's, so that a byte is
+// one character throughout a file whichever of the two decoded its line (after NFKC, CP932's ～ and －
+// would be ASCII ~ and - on those lines alone).
+void jis_symbols_for_cp932(std::string& utf8) {
+  static constexpr std::pair<std::string_view, std::string_view> kSymbols[] = {
+      {"\u2015", "\u2014"}, {"\uFF5E", "\u301C"}, {"\u2225", "\u2016"}, {"\uFF0D", "\u2212"},
+      {"\uFFE0", "\u00A2"}, {"\uFFE1", "\u00A3"}, {"\uFFE2", "\u00AC"}};
+  for (const auto& [cp932, jis] : kSymbols)
+    for (size_t at = utf8.find(cp932); at != std::string::npos; at = utf8.find(cp932, at + jis.size()))
+      utf8.replace(at, cp932.size(), jis);
+}
+
 }  // namespace
 
 std::string decode_japanese_bytes(std::string_view raw, uint64_t* bad_bytes, uint64_t* first_bad_offset,
@@ -482,10 +495,12 @@ std::string decode_japanese_bytes(std::string_view raw, uint64_t* bad_bytes, uin
                                                   : nullptr;
     if (used) {
       if (used == &sjis) ascii_for_jis_roman(piece);
+      if (used == &cp932) jis_symbols_for_cp932(piece);
       out += piece;
     } else {
       std::optional<size_t> bad_in_line;
       (euc ? euc_jp : cp932).convert_lossy(line, piece, bad_bytes, &bad_in_line);
+      if (!euc) jis_symbols_for_cp932(piece);
       if (bad_in_line && !first_bad) first_bad = static_cast<size_t>(line.data() - file_start) + *bad_in_line;
       out += piece;
     }
