@@ -842,8 +842,13 @@ TEST(BadInputPrepare, ABinaryFileInATextDirectoryIsSkippedAndCounted) {
   o.threads = 2;
   o.quiet = true;
   const SourceSpec spec{"Text", dir + "/text"};
+  testing::internal::CaptureStderr();
   const PrepareSummary s =
       prepare_corpus({{"Text", spec.path, [spec](const DocumentSink& k) { return read_source(spec, {}, k); }}}, o);
+  const std::string said = testing::internal::GetCapturedStderr();
+  // One warning for the file, that it is binary: not also one for the bytes that are not text.
+  EXPECT_NE(said.find("ls.txt: binary content (NUL bytes); skipped"), std::string::npos) << said;
+  EXPECT_EQ(said.find("dropped"), std::string::npos) << said;
   EXPECT_EQ(s.sources[0].clean.dropped.at("binary"), 1u);
   EXPECT_EQ(s.sources[0].clean.documents_kept, 12u);
   EXPECT_EQ(s.codes[0].documents_train + s.codes[0].documents_valid, 12u);

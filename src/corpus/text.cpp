@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "corpus/aozora.h"
+#include "corpus/binary.h"
 
 namespace ctrl {
 namespace {
@@ -50,7 +51,9 @@ void read_plain_text(std::string_view bytes, const std::string& file, ReadContex
   uint64_t invalid = 0, first = 0;
   TextEncoding encoding = TextEncoding::kUtf8;
   const std::string text = decode_japanese_bytes(bytes, &invalid, &first, &encoding);  // UTF-8, EUC-JP or Shift_JIS
-  if (invalid > 0) context.warnings.warn(file, first, undecodable_bytes_text(invalid, encoding));
+  // A binary file is skipped with its own warning when it is cleaned: no second one for its bytes here.
+  if (invalid > 0 && binary_reason(text).empty())
+    context.warnings.warn(file, first, undecodable_bytes_text(invalid, encoding));
   std::string whole = normalize_newlines(text);
   if (whole.empty()) {
     context.stats.drop("empty");
