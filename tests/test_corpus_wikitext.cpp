@@ -44,6 +44,10 @@ TEST(CorpusWikitext, ReadingsTransliterationsAndCountryNamesKeepTheirText) {
   EXPECT_EQ(wikitext_to_text("（{{JPN}}・下関港国際ターミナル ― {{KOR}}・釜山）"),
             "（日本・下関港国際ターミナル ― 韓国・釜山）");
   EXPECT_EQ(wikitext_to_text("* {{USA}}[[モンタナ州]]"), "アメリカ合衆国モンタナ州");
+  EXPECT_EQ(wikitext_to_text("{{ill|アテネのダモン|en|Damon of Athens}}と会った。"), "アテネのダモンと会った。");
+  EXPECT_EQ(wikitext_to_text("（{{interlang|en|Entropia Universe}}）と（{{interlang|en|Title|表示名}}）"),
+            "（Entropia Universe）と（表示名）");
+  EXPECT_EQ(wikitext_to_text("1,707万5,400{{nbsp}}km2で、30{{nbsp}}°C"), "1,707万5,400 km2で、30 °C");
   // Home nations, former states and IOC codes outside ISO 3166.
   EXPECT_EQ(wikitext_to_text("{{ENG}}、{{URS}}、{{FRG}}、{{TPE}}、{{IRI}}"),
             "イングランド、ソビエト連邦、西ドイツ、チャイニーズタイペイ、イラン");
@@ -116,6 +120,12 @@ TEST(CorpusWikitext, TagsCommentsEntities) {
 TEST(CorpusWikitext, TablesHeadingsListsAndTrailingSections) {
   EXPECT_EQ(wikitext_to_text("前\n{| class=\"wikitable\"\n|-\n| a || b\n|}\n後"), "前\n\na | b\n\n後");  // a simple table: rows
   EXPECT_EQ(wikitext_to_text("前\n{| class=\"wikitable\"\n|-\n| rowspan=2 | a || b\n|}\n後"), "前\n\n後");
+  // A <br> in a cell is a space there (40 tables of the excerpt have one; they were dropped whole), a line
+  // break elsewhere; a comment on a line of its own inside a table is nothing.
+  EXPECT_EQ(
+      wikitext_to_text("{| class=\"wikitable\"\n! 名前 !! 説明\n<!-- 見出し行 -->\n|-\n| A || 一行目<br />二行目\n"
+                       "|-\n| B || {{nowrap|x<br>y}}\n|}\n前<br>後"),
+      "名前 | 説明\nA | 一行目 二行目\nB | x y\n\n前\n後");
   EXPECT_EQ(wikitext_to_text("導入\n== 歴史 ==\n本文\n=== 近代 ===\n* 項目1\n# 項目2\n: 字下げ\n; 用語"),
             "導入\n歴史\n本文\n近代\n項目1\n項目2\n字下げ\n用語");
   EXPECT_EQ(wikitext_to_text("本文\n== 脚注 ==\n{{Reflist}}\n== 外部リンク ==\n* [http://x.jp X]"), "本文");
