@@ -45,6 +45,9 @@ TEST(CorpusWikitext, ReadingsTransliterationsAndCountryNamesKeepTheirText) {
             "（日本・下関港国際ターミナル ― 韓国・釜山）");
   EXPECT_EQ(wikitext_to_text("* {{USA}}[[モンタナ州]]"), "アメリカ合衆国モンタナ州");
   EXPECT_EQ(wikitext_to_text("{{ill|アテネのダモン|en|Damon of Athens}}と会った。"), "アテネのダモンと会った。");
+  // ";term:definition" on one line is two lines, as the page shows it; a colon written &#58; is text.
+  EXPECT_EQ(wikitext_to_text(";エキスパートシステム:推論機能を適用する。\n;時刻&#58;正午\n;用語"),
+            "エキスパートシステム\n推論機能を適用する。\n時刻:正午\n用語");
   EXPECT_EQ(wikitext_to_text("（{{interlang|en|Entropia Universe}}）と（{{interlang|en|Title|表示名}}）"),
             "（Entropia Universe）と（表示名）");
   EXPECT_EQ(wikitext_to_text("1,707万5,400{{nbsp}}km2で、30{{nbsp}}°C"), "1,707万5,400 km2で、30 °C");
@@ -58,6 +61,10 @@ TEST(CorpusWikitext, ReadingsTransliterationsAndCountryNamesKeepTheirText) {
 
 // Where only the wiki's data knows a value, the sentence is dropped rather than kept with a hole.
 TEST(CorpusWikitext, SentencesWithValuesOnlyTheWikiKnowsAreDropped) {
+  // A line of thousands of such values goes whole, in linear time (each value rescanned the line).
+  std::string data = "前の段落。\n";
+  for (int i = 0; i < 20000; ++i) data += "{{自治体人口/x}}い。";
+  EXPECT_EQ(wikitext_to_text(data + "\n後の段落。"), "前の段落。\n後の段落。");
   EXPECT_EQ(
       wikitext_to_text("兵庫県は近畿地方にある。推計人口は{{自治体人口/兵庫県|兵庫県}}人である。県庁所在地は神戸市。"),
       "兵庫県は近畿地方にある。県庁所在地は神戸市。");

@@ -965,6 +965,13 @@ size_t stop_length(std::string_view s, size_t i) {
 // line's end: a list item or a line of its own).
 std::string drop_unknown_values(std::string&& line) {
   static constexpr std::string_view kOpen[] = {"（", "("}, kClose[] = {"）", ")"};
+  // Each value costs a pass over the line: a line of more than 64 of them is a table of the wiki's data,
+  // not prose, and goes whole (a crafted page of 5,000 on one line took 31 s).
+  size_t values = 0;
+  for (size_t at = line.find(kUnknownValue); at != std::string::npos && values <= 64;
+       at = line.find(kUnknownValue, at + 1))
+    ++values;
+  if (values > 64) return std::string(kHole);
   const size_t first = line.find_first_not_of(" \t");
   const bool title = first != std::string::npos && (line[first] == '=' || line[first] == ';');
   for (size_t at; (at = line.find(kUnknownValue)) != std::string::npos;) {
@@ -1106,10 +1113,20 @@ std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& o
       if (starts_with(line, "{|") || starts_with(line, "|") || starts_with(line, "!") || starts_with(line, "----"))
         continue;  // remnants of unclosed tables, horizontal rules
       paragraph = true;
+      bool term = false;  // ";term" (a definition list's term), whose definition may follow on the line
       while (!line.empty() && (line[0] == '*' || line[0] == '#' || line[0] == ':' || line[0] == ';'))
-        line.remove_prefix(1), paragraph = false;
+        term = line[0] == ';', line.remove_prefix(1), paragraph = false;
       line = trim(line);
-      text = decode ? decode_html_entities(line) : std::string(line);
+      // ";term:definition" is the term and its definition on two lines, as the page shows them (a colon
+      // written &#58; is text: entities are decoded after this).
+      const size_t colon = term ? line.find(':') : std::string_view::npos;
+      if (colon != std::string_view::npos && colon > 0 && has_text(line.substr(colon + 1))) {
+        const std::string_view definition = trim(line.substr(colon + 1));
+        text = std::string(trim(line.substr(0, colon))) + "\n" + std::string(definition);
+        if (decode) text = decode_html_entities(text);
+      } else {
+        text = decode ? decode_html_entities(line) : std::string(line);
+      }
     }
     std::string_view t = trim(text);
     if (t.empty()) {
