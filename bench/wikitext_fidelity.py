@@ -117,11 +117,14 @@ def body_structure(wikitext: str):
             continue
         if skip:
             continue
-        m = re.match(r"^[*#:;]+\s*(.*)$", line)
+        m = re.match(r"^([*#:;]+)\s*(.*)$", line)
         if m and not line.startswith(("{|", "|")):
-            ps = pieces(m.group(1))
-            if ps:
-                items.append(ps)
+            # ";term:definition" is two items, the term and its definition, as the page shows them
+            parts = m.group(2).split(":", 1) if m.group(1).endswith(";") else [m.group(2)]
+            for part in parts:
+                ps = pieces(part)
+                if ps:
+                    items.append(ps)
     return headings, items
 
 

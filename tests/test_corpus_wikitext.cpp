@@ -46,8 +46,9 @@ TEST(CorpusWikitext, ReadingsTransliterationsAndCountryNamesKeepTheirText) {
   EXPECT_EQ(wikitext_to_text("* {{USA}}[[モンタナ州]]"), "アメリカ合衆国モンタナ州");
   EXPECT_EQ(wikitext_to_text("{{ill|アテネのダモン|en|Damon of Athens}}と会った。"), "アテネのダモンと会った。");
   // ";term:definition" on one line is two lines, as the page shows it; a colon written &#58; is text.
-  EXPECT_EQ(wikitext_to_text(";エキスパートシステム:推論機能を適用する。\n;時刻&#58;正午\n;用語"),
-            "エキスパートシステム\n推論機能を適用する。\n時刻:正午\n用語");
+  EXPECT_EQ(wikitext_to_text(";エキスパートシステム:推論機能を適用する。\n;時刻&#58;正午\n;用語\n"
+                             ";[[CSI:科学捜査班]]:ドラマ\n;[http://example.com 例]:リンク"),
+            "エキスパートシステム\n推論機能を適用する。\n時刻:正午\n用語\nCSI:科学捜査班\nドラマ\n例\nリンク");
   EXPECT_EQ(wikitext_to_text("（{{interlang|en|Entropia Universe}}）と（{{interlang|en|Title|表示名}}）"),
             "（Entropia Universe）と（表示名）");
   EXPECT_EQ(wikitext_to_text("1,707万5,400{{nbsp}}km2で、30{{nbsp}}°C"), "1,707万5,400 km2で、30 °C");

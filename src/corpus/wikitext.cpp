@@ -715,7 +715,8 @@ std::string link_text(std::string_view content) {
     static constexpr std::array<std::string_view, 10> kDropped = {
         "file", "image", "ファイル", "画像", "category", "カテゴリ", "media", "メディア", "imagen", "datei"};
     if (!leading_colon && in(kDropped, prefix)) return "";
-    if (!leading_colon && is_language_prefix(prefix) && !has_anchor) return "";
+    // Language prefixes are written in lower case; [[CSI:科学捜査班]] is an article, not a link to Cree.
+    if (!leading_colon && is_language_prefix(trim(target.substr(0, colon))) && !has_anchor) return "";
     static constexpr std::array<std::string_view, 14> kInterwiki = {
         "wikt", "wiktionary", "w", "commons", "s", "wikisource", "b", "q", "n", "v", "voy", "d", "meta", "species"};
     if (!has_anchor && in(kInterwiki, prefix)) return std::string(trim(target.substr(colon + 1)));
@@ -1014,6 +1015,41 @@ std::string drop_unknown_values(std::string&& line) {
   return std::move(line);
 }
 
+// ";term:definition" on one line is a term and its definition, as ";term" and ":definition" on two: the
+// first colon outside brackets ([[CSI:科学捜査班]], [http://…], {{…}}) ends the term. Runs between passes
+// 1 and 2, where tags and what they hold are already out of the way (a colon written &#58; is text).
+std::string split_definition_terms(std::string&& text) {
+  if (text.find(';') == std::string::npos) return std::move(text);
+  std::string out;
+  out.reserve(text.size() + 64);
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    size_t k = start;
+    while (k < end && (text[k] == '*' || text[k] == '#' || text[k] == ':' || text[k] == ';')) ++k;
+    size_t colon = std::string::npos;
+    if (k > start && text[k - 1] == ';') {
+      int depth = 0;
+      for (size_t i = k; i < end && colon == std::string::npos; ++i) {
+        const char c = text[i];
+        if (c == '[' || c == '{')
+          ++depth;
+        else if ((c == ']' || c == '}') && depth > 0)
+          --depth;
+        else if (c == ':' && depth == 0)
+          colon = i;
+      }
+    }
+    if (colon == std::string::npos)
+      out.append(text, start, end - start);
+    else
+      out.append(text, start, colon - start).append("\n:").append(text, colon + 1, end - colon - 1);
+    if (end < text.size()) out += '\n';
+    start = end + 1;
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------- pass 4: what was set aside
 
 // TeX on one line: runs of blank space and newlines become one space.
@@ -1078,7 +1114,7 @@ std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& o
   const uint32_t disabled = options.disabled_rules;
   const bool decode = !(disabled & kWikitextEntities);
   std::vector<SetAside> aside;
-  const std::string no_tags = strip_tags(wikitext, disabled, aside);
+  const std::string no_tags = split_definition_terms(strip_tags(wikitext, disabled, aside));
   const std::string flat = replace_all(strip_brackets(no_tags, options), kBlockBreak, "\n");
   std::string out;
   out.reserve(flat.size());
@@ -1113,20 +1149,10 @@ std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& o
       if (starts_with(line, "{|") || starts_with(line, "|") || starts_with(line, "!") || starts_with(line, "----"))
         continue;  // remnants of unclosed tables, horizontal rules
       paragraph = true;
-      bool term = false;  // ";term" (a definition list's term), whose definition may follow on the line
       while (!line.empty() && (line[0] == '*' || line[0] == '#' || line[0] == ':' || line[0] == ';'))
-        term = line[0] == ';', line.remove_prefix(1), paragraph = false;
+        line.remove_prefix(1), paragraph = false;
       line = trim(line);
-      // ";term:definition" is the term and its definition on two lines, as the page shows them (a colon
-      // written &#58; is text: entities are decoded after this).
-      const size_t colon = term ? line.find(':') : std::string_view::npos;
-      if (colon != std::string_view::npos && colon > 0 && has_text(line.substr(colon + 1))) {
-        const std::string_view definition = trim(line.substr(colon + 1));
-        text = std::string(trim(line.substr(0, colon))) + "\n" + std::string(definition);
-        if (decode) text = decode_html_entities(text);
-      } else {
-        text = decode ? decode_html_entities(line) : std::string(line);
-      }
+      text = decode ? decode_html_entities(line) : std::string(line);
     }
     std::string_view t = trim(text);
     if (t.empty()) {
