@@ -119,8 +119,14 @@ def body_structure(wikitext: str):
             continue
         m = re.match(r"^([*#:;]+)\s*(.*)$", line)
         if m and not line.startswith(("{|", "|")):
-            # ";term:definition" is two items, the term and its definition, as the page shows them
-            parts = m.group(2).split(":", 1) if m.group(1).endswith(";") else [m.group(2)]
+            # ";term:definition" is two items, the term and its definition, as the page shows them: split at
+            # the first colon outside brackets ([[CSI:科学捜査班]], [http://…] keep theirs)
+            parts, depth = [m.group(2)], 0
+            for i, c in enumerate(m.group(2) if m.group(1).endswith(";") else ""):
+                depth += 1 if c in "[{" else -1 if c in "]}" and depth > 0 else 0
+                if c == ":" and depth == 0:
+                    parts = [m.group(2)[:i], m.group(2)[i + 1:]]
+                    break
             for part in parts:
                 ps = pieces(part)
                 if ps:
