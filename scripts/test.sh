@@ -15,7 +15,8 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 # Entries run side by side, one per CPU up to 4: most are short or wait on the
 # processes they start, so two at a time on 2 cores finish sooner than one at
-# a time; 4 bounds the memory of the largest ones running together.
+# a time (a 2-core Xeon: 4 min 33 s against 6 min 46 s, docs/testing.md); 4
+# bounds the memory of the largest ones running together.
 export CTEST_JOBS="${CTEST_JOBS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
 (cd build && ctest --output-on-failure -j"$CTEST_JOBS" --timeout 900)
 bash scripts/test_asan.sh
