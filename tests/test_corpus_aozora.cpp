@@ -346,7 +346,7 @@ TEST(CorpusAozora, UnclosedGaijiNoteKeepsTheTextAfterIt) {
   EXPECT_EQ(t.text, "置いた〓「木＋靈」、第3水準1-86-29子窓の下に立つ人。");
   EXPECT_EQ(t.gaiji_unresolved, 1u);
   // Each search for a note's ］ ends at the next ［: a line of 200,000 open notes is read in linear time
-  // (searching to the line's end each time took hours at this size).
+  // (searching to the line's end each time was quadratic).
   std::string open_notes = "［＃ここから本文］";
   for (int i = 0; i < 200000; ++i) open_notes += "※［＃";
   EXPECT_EQ(ctrl::aozora_to_text(open_notes + "］").gaiji_unresolved, 200000u);

@@ -228,12 +228,10 @@ std::string strip_notation(std::string_view line, AozoraText& result) {
       } else {  // the note is not closed before the next bracket: an unknown character, the note's text stays
         i += kGaiji.size();
       }
-      if (c.empty())
-        ++result.gaiji_unresolved;
-      else
-        ++result.gaiji_resolved;
-      gaiji.emplace_back(out.size(), out.size() + (c.empty() ? std::string_view("〓").size() : c.size()));
-      out += c.empty() ? "〓" : c;
+      ++(c.empty() ? result.gaiji_unresolved : result.gaiji_resolved);
+      const std::string_view shown = c.empty() ? std::string_view("〓") : std::string_view(c);
+      gaiji.emplace_back(out.size(), out.size() + shown.size());
+      out += shown;
       continue;
     }
     if (starts_with(rest, kAnnot)) {
@@ -421,39 +419,43 @@ bool looks_euc_jp(std::string_view bytes) {
 
 namespace {
 
-// glibc's SHIFT_JISX0213 reads the single bytes 0x5C and 0x7E as JIS X 0201's ¥ and ‾; CP932, the WHATWG
-// decoder and Python read them as ASCII \ and ~, and so do the files' writers (paths, URLs, Aozora's accent
-// notation: 〔Espan~a〕). Its double-byte ￥ and ￣ decode to U+FFE5 and U+FFE3, so in its output U+00A5 and
-// U+203E can only be those two bytes.
-void ascii_for_jis_roman(std::string& utf8) {
-  if (utf8.find("\xC2\xA5") == std::string::npos && utf8.find("\xE2\x80\xBE") == std::string::npos) return;
+// Replaces each pair's first string by its second, in one pass (a replacement may be shorter).
+void replace_each(std::string& utf8, std::initializer_list<std::pair<std::string_view, std::string_view>> pairs) {
+  if (std::none_of(pairs.begin(), pairs.end(), [&](const auto& p) { return utf8.find(p.first) != std::string::npos; }))
+    return;
   std::string out;
   out.reserve(utf8.size());
-  for (size_t i = 0; i < utf8.size(); ++i) {
-    if (utf8.compare(i, 2, "\xC2\xA5") == 0) {
-      out += '\\';
-      i += 1;
-    } else if (utf8.compare(i, 3, "\xE2\x80\xBE") == 0) {
-      out += '~';
-      i += 2;
+  for (size_t i = 0; i < utf8.size();) {
+    const auto hit = std::find_if(pairs.begin(), pairs.end(),
+                                  [&](const auto& p) { return utf8.compare(i, p.first.size(), p.first) == 0; });
+    if (hit == pairs.end()) {
+      out += utf8[i++];
     } else {
-      out += utf8[i];
+      out += hit->second;
+      i += hit->first.size();
     }
   }
   utf8 = std::move(out);
 }
+
+// glibc's SHIFT_JISX0213 reads the single bytes 0x5C and 0x7E as JIS X 0201's ¥ and ‾; CP932, the WHATWG
+// decoder and Python read them as ASCII \ and ~, and so do the files' writers (paths, URLs, Aozora's accent
+// notation: 〔Espan~a〕). Its double-byte ￥ and ￣ decode to U+FFE5 and U+FFE3, so in its output U+00A5 and
+// U+203E can only be those two bytes.
+void ascii_for_jis_roman(std::string& utf8) { replace_each(utf8, {{"\u00A5", "\\"}, {"\u203E", "~"}}); }
 
 // The seven JIS X 0208 symbols that CP932 maps to other code points than JIS X 0213 does (0x815C ―,
 // 0x8160 〜, 0x8161 ‖, 0x817C −, 0x8191 ¢, 0x8192 £, 0x81CA ¬), given JIS X 0213's, so that a byte is
 // one character throughout a file whichever of the two decoded its line (after NFKC, CP932's ～ and －
 // would be ASCII ~ and - on those lines alone).
 void jis_symbols_for_cp932(std::string& utf8) {
-  static constexpr std::pair<std::string_view, std::string_view> kSymbols[] = {
-      {"\u2015", "\u2014"}, {"\uFF5E", "\u301C"}, {"\u2225", "\u2016"}, {"\uFF0D", "\u2212"},
-      {"\uFFE0", "\u00A2"}, {"\uFFE1", "\u00A3"}, {"\uFFE2", "\u00AC"}};
-  for (const auto& [cp932, jis] : kSymbols)
-    for (size_t at = utf8.find(cp932); at != std::string::npos; at = utf8.find(cp932, at + jis.size()))
-      utf8.replace(at, cp932.size(), jis);
+  replace_each(utf8, {{"\u2015", "\u2014"},
+                      {"\uFF5E", "\u301C"},
+                      {"\u2225", "\u2016"},
+                      {"\uFF0D", "\u2212"},
+                      {"\uFFE0", "\u00A2"},
+                      {"\uFFE1", "\u00A3"},
+                      {"\uFFE2", "\u00AC"}});
 }
 
 }  // namespace

@@ -24,6 +24,9 @@ namespace {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
+// The characters that open a list line: * # (items), ; (a term), : (a definition or an indent).
+bool is_list_marker(char c) { return c == '*' || c == '#' || c == ':' || c == ';'; }
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (is_space(s.front()) || s.front() == '\n')) s.remove_prefix(1);
   while (!s.empty() && (is_space(s.back()) || s.back() == '\n')) s.remove_suffix(1);
@@ -81,7 +84,7 @@ constexpr std::string_view kHole = "\xEE\x80\x82";
 constexpr std::string_view kUnknownValue = "\xEE\x80\x83";
 // Where a block tag (<blockquote>) starts or ends a line, or a <br> breaks one, pass 1 leaves U+E004, which
 // becomes a line break after pass 2 (a space inside a table cell, where a line break would make the table
-// no longer simple: 40 tables of the excerpt have a <br> in a cell).
+// no longer simple).
 constexpr std::string_view kBlockBreak = "\xEE\x80\x84";
 
 // Length of the blank space (ASCII space or tab, U+3000, U+00A0) at s[i], or 0.
@@ -967,7 +970,7 @@ size_t stop_length(std::string_view s, size_t i) {
 std::string drop_unknown_values(std::string&& line) {
   static constexpr std::string_view kOpen[] = {"（", "("}, kClose[] = {"）", ")"};
   // Each value costs a pass over the line: a line of more than 64 of them is a table of the wiki's data,
-  // not prose, and goes whole (a crafted page of 5,000 on one line took 31 s).
+  // not prose, and goes whole (so a crafted line of thousands is not quadratic).
   size_t values = 0;
   for (size_t at = line.find(kUnknownValue); at != std::string::npos && values <= 64;
        at = line.find(kUnknownValue, at + 1))
@@ -1026,7 +1029,7 @@ std::string split_definition_terms(std::string&& text) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
     size_t k = start;
-    while (k < end && (text[k] == '*' || text[k] == '#' || text[k] == ':' || text[k] == ';')) ++k;
+    while (k < end && is_list_marker(text[k])) ++k;
     size_t colon = std::string::npos;
     if (k > start && text[k - 1] == ';') {
       int depth = 0;
@@ -1149,8 +1152,7 @@ std::string wikitext_to_text(std::string_view wikitext, const WikitextOptions& o
       if (starts_with(line, "{|") || starts_with(line, "|") || starts_with(line, "!") || starts_with(line, "----"))
         continue;  // remnants of unclosed tables, horizontal rules
       paragraph = true;
-      while (!line.empty() && (line[0] == '*' || line[0] == '#' || line[0] == ':' || line[0] == ';'))
-        line.remove_prefix(1), paragraph = false;
+      while (!line.empty() && is_list_marker(line[0])) line.remove_prefix(1), paragraph = false;
       line = trim(line);
       text = decode ? decode_html_entities(line) : std::string(line);
     }
