@@ -60,6 +60,21 @@ TEST(CorpusWikitext, ReadingsTransliterationsAndCountryNamesKeepTheirText) {
   EXPECT_EQ(wikitext_to_text("{{col-list|2|\n* a\n* b}}"), "a\nb");      // a layout rule, not Colombia's code
 }
 
+// Coordinates in prose read as jawiki shows them; those shown only beside the title, or taken from Wikidata, give
+// nothing (the sentences around them lost their object: "国境 () である").
+TEST(CorpusWikitext, CoordinatesReadAsThePageShowsThem) {
+  EXPECT_EQ(wikitext_to_text("国境 ({{Coord|33|22||N|38|47||E|display=inline}}) である。"),
+            "国境 (北緯33度22分 東経38度47分) である。");
+  EXPECT_EQ(wikitext_to_text(
+                "県庁は{{ウィキ座標度分秒|39|42|12.6|N|141|9|9.8|E|region:JP|name=岩手県庁|display=inline,title}}。"),
+            "県庁は北緯39度42分12.6秒 東経141度9分9.8秒。");
+  EXPECT_EQ(wikitext_to_text("南西{{coord|6|10.5|S|106|49.7|W|type:city}}、十進{{coord|-33.87|151.21}}"),
+            "南西南緯6度10.5分 西経106度49.7分、十進南緯33.87度 東経151.21度");
+  EXPECT_EQ(wikitext_to_text("首都{{Coord|30|2|N|31|13|E|type:city|display=title}}"), "首都");
+  EXPECT_EQ(wikitext_to_text("県{{Coord|format=dms|region:JP-22_type:adm1st|display=inline,title}}"), "県");
+  EXPECT_EQ(wikitext_to_text("点{{coord|35|x|N|139|E}}と{{coord|35|41|N|139}}"), "点と");  // neither form
+}
+
 // Where only the wiki's data knows a value, the sentence is dropped rather than kept with a hole.
 TEST(CorpusWikitext, SentencesWithValuesOnlyTheWikiKnowsAreDropped) {
   // A line of thousands of such values goes whole, in linear time (each value rescanned the line).

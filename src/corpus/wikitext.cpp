@@ -276,6 +276,7 @@ enum class Gives {
   kBirthDate,    // "Y年M月D日" from parameters 1-3
   kDeathDate,    // "Y年M月D日（N歳没）" from parameters 4-6 and the birth date 1-3
   kIsbn,         // "ISBN parameter 1"
+  kCoordinates,  // "北緯D度M分S秒 東経D度M分S秒" (coordinates_text)
   kPipe,         // "|" inside a table (a cell separator), nothing elsewhere
   kSpace,        // a space ({{nbsp}}: 30{{nbsp}}°C)
   kLayout,       // the content parameters on their own lines (not widths or named options)
@@ -331,6 +332,11 @@ constexpr TemplateRule kTemplateRules[] = {
     {"isbn", Gives::kIsbn, "\"ISBN number\""},
     {"isbn2", Gives::kIsbn, "\"ISBN number\""},
     {"visible anchor", Gives::kFirst, "the text (1st)"},
+    {"coord", Gives::kCoordinates, "\"北緯D度M分S秒 東経D度M分S秒\" (nothing with display=title alone)"},
+    {"ウィキ座標度分秒", Gives::kCoordinates, "\"北緯D度M分S秒 東経D度M分S秒\""},
+    {"ウィキ座標2段度分秒", Gives::kCoordinates, "\"北緯D度M分S秒 東経D度M分S秒\""},
+    {"ウィキ座標度分", Gives::kCoordinates, "\"北緯D度M分S秒 東経D度M分S秒\""},
+    {"ウィキ座標", Gives::kCoordinates, "\"北緯D度M分S秒 東経D度M分S秒\""},
     {"要出典範囲", Gives::kMarkedRange, "the marked text (1st or 範囲=)"},
     {"いつ範囲", Gives::kMarkedRange, "the marked text (1st or 範囲=)"},
     {"独自研究範囲", Gives::kMarkedRange, "the marked text (1st or 範囲=)"},
@@ -491,6 +497,52 @@ std::string date_text(std::string_view y, std::string_view m, std::string_view d
   return r;
 }
 
+// A position as jawiki shows it: "北緯35度41分22秒 東経139度41分30秒" from degrees, minutes and seconds before
+// N/S and E/W ({{coord|35|41|22|N|139|41|30|E}}; empty parts are left out), or "北緯35.68度 東経139.69度" from
+// two signed decimals; empty when the parameters are neither (a coordinate taken from Wikidata).
+std::string coordinates_text(const std::vector<std::string_view>& args) {
+  auto unsigned_number = [](std::string_view v) {
+    return !v.empty() && v[0] != '.' && v.find_first_not_of("0123456789.") == std::string_view::npos;
+  };
+  // One axis: its name by hemisphere, then each part with its unit; empty if a part is not a number.
+  auto axis = [&](std::string_view name, const std::vector<std::string_view>& parts) -> std::string {
+    static constexpr std::string_view kUnits[] = {"度", "分", "秒"};
+    if (parts.empty() || parts.size() > 3) return "";
+    std::string r(name);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (!unsigned_number(parts[i])) return "";
+      (r += parts[i]) += kUnits[i];
+    }
+    return r;
+  };
+  auto find_letter = [&](size_t from, std::string_view a, std::string_view b) {
+    for (size_t k = from; k < args.size(); ++k)
+      if (args[k] == a || args[k] == b) return k;
+    return args.size();
+  };
+  auto parts_between = [&](size_t from, size_t to) {
+    std::vector<std::string_view> parts;
+    for (size_t k = from; k < to; ++k)
+      if (!args[k].empty()) parts.push_back(args[k]);
+    return parts;
+  };
+  std::string latitude, longitude;
+  if (const size_t ns = find_letter(0, "N", "S"); ns < args.size()) {
+    const size_t ew = find_letter(ns + 1, "E", "W");
+    if (ew == args.size()) return "";
+    latitude = axis(args[ns] == "N" ? "北緯" : "南緯", parts_between(0, ns));
+    longitude = axis(args[ew] == "E" ? "東経" : "西経", parts_between(ns + 1, ew));
+  } else if (args.size() >= 2) {
+    auto signed_axis = [&](std::string_view v, std::string_view positive, std::string_view negative) {
+      const bool minus = starts_with(v, "-");
+      return axis(minus ? negative : positive, {minus ? v.substr(1) : v});
+    };
+    latitude = signed_axis(args[0], "北緯", "南緯");
+    longitude = signed_axis(args[1], "東経", "西経");
+  }
+  return latitude.empty() || longitude.empty() ? "" : latitude + " " + longitude;
+}
+
 // Layout parameters that are not content: empty, or a count or width ("2", "30em", "7.5em", "25%").
 bool is_layout_option(std::string_view v) {
   size_t k = 0;
@@ -565,6 +617,11 @@ std::string template_text(std::string_view content, bool in_table, const Wikitex
       return r;
     }
     case Gives::kIsbn: return params.arg(0).empty() ? "" : "ISBN " + arg(0);
+    case Gives::kCoordinates: {
+      const std::string_view display = params.get("display");
+      if (!display.empty() && display.find("inline") == std::string_view::npos) return "";  // the title only
+      return coordinates_text(params.positional);
+    }
     case Gives::kPipe: return in_table ? "|" : "";
     case Gives::kSpace:
       return " ";
