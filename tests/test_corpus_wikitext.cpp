@@ -45,6 +45,10 @@ TEST(CorpusWikitext, ReadingsTransliterationsAndCountryNamesKeepTheirText) {
             "（日本・下関港国際ターミナル ― 韓国・釜山）");
   EXPECT_EQ(wikitext_to_text("* {{USA}}[[モンタナ州]]"), "アメリカ合衆国モンタナ州");
   EXPECT_EQ(wikitext_to_text("{{ill|アテネのダモン|en|Damon of Athens}}と会った。"), "アテネのダモンと会った。");
+  EXPECT_EQ(
+      wikitext_to_text("（{{llang|言語記事名=カランガ語|la|Hango yeZimbabwe}}、"
+                       "{{llang|言語記事名=チュワ語|表示言語名=コイサン語|la|Zimbabwe Nù}}、{{llang|en|Zimbabwe}}）"),
+      "（カランガ語: Hango yeZimbabwe、コイサン語: Zimbabwe Nù、Zimbabwe）");
   // ";term:definition" on one line is two lines, as the page shows it; a colon written &#58; is text.
   EXPECT_EQ(wikitext_to_text(";エキスパートシステム:推論機能を適用する。\n;時刻&#58;正午\n;用語\n"
                              ";[[CSI:科学捜査班]]:ドラマ\n;[http://example.com 例]:リンク"),

@@ -270,6 +270,7 @@ enum class Gives {
   kCountry,      // a country's name: from its code (the template's name, or parameter 1) or parameter 1
   kUnknown,      // a value from the wiki's data (population, area, arithmetic): its sentence is dropped
   kLangName,     // "language: text" from parameters 2 and 3
+  kLangNamed,    // "language: text" from 表示言語名= (else 言語記事名=) and parameter 2
   kReading,      // "word（reading）" from parameters 1 and 2
   kNihongo,      // "word（kanji）" from parameters 1 and 2
   kConvert,      // "number unit" when parameter 1 is a plain number ("number–number unit" for ranges)
@@ -308,6 +309,7 @@ constexpr TemplateRule kTemplateRules[] = {
     {"引用", Gives::kQuote, "the quotation (1st)"},
     {"langwithname", Gives::kLangName, "\"language: text\" (2nd, 3rd)"},
     {"rtl-langwithname", Gives::kLangName, "\"language: text\" (2nd, 3rd)"},
+    {"llang", Gives::kLangNamed, "\"language: text\" (表示言語名= or 言語記事名=, 2nd); the text alone without them"},
     {"nihongo", Gives::kNihongo, "\"word（kanji）\" (1st, 2nd)"},
     {"ruby", Gives::kFirst, "the base text (1st)"},
     {"読み仮名", Gives::kReading, "\"word（reading）\" (1st, 2nd)"},
@@ -598,6 +600,11 @@ std::string template_text(std::string_view content, bool in_table, const Wikitex
     case Gives::kMarkedRange:
       return params.get("範囲").empty() ? arg(0) : std::string(params.get("範囲"));
     case Gives::kLangName: return params.arg(1).empty() ? arg(2) : arg(1) + ": " + arg(2);
+    case Gives::kLangNamed: {
+      std::string_view language = params.get("表示言語名");
+      if (language.empty()) language = params.get("言語記事名");
+      return language.empty() || params.arg(1).empty() ? arg(1) : std::string(language) + ": " + arg(1);
+    }
     case Gives::kReading:
     case Gives::kNihongo: return params.arg(1).empty() ? arg(0) : arg(0) + "（" + arg(1) + "）";
     case Gives::kConvert: {
