@@ -170,10 +170,7 @@ TEST(ControlCodes, HeatmapColoursCellsBySignAndOutlinesTheDiagonal) {
   h.color = {{0.0, 2.0, -1.0}, {NAN, 1.0, 0.0}};
   h.text = {{"x", "y", "z"}, {"u", "v", "w"}};
   h.outlined = {{0, 0}, {1, 1}};
-  const std::string path = test_support::fresh_dir("ctrl_control", "heatmap") + ".svg";
-  write_heatmap(path, h);
-  const std::string svg = read_file(path);
-  std::filesystem::remove(path);
+  const std::string svg = heatmap_svg(h);
   EXPECT_NE(svg.find("a &lt;b&gt; &amp; c"), std::string::npos) << "escaped title";
   EXPECT_NE(svg.find("fill='#ffffff'"), std::string::npos) << "0 is white";
   EXPECT_NE(svg.find("fill='#cc4040'"), std::string::npos) << "the largest positive value is full red";
@@ -360,6 +357,24 @@ TEST(ControlCodes, GenerateFailsWhenItsOutputCannotBeWritten) {
         << out;
     EXPECT_NE(out.find("ctrl generate: writing the output failed: No space left on device"), std::string::npos) << out;
     EXPECT_EQ(out.find("tokens generated"), std::string::npos) << out;
+  }
+}
+
+// The same for every command whose printed output is its result: bench --json > bench.json on a full disk
+// once left an empty file and exit 0 (found by an audit), and plan --machine then called it "not valid JSON".
+TEST(ControlCodes, CommandsWhoseOutputIsTheirResultFailWhenItCannotBeWritten) {
+  const ToyRun& r = toy();
+  const std::string ctrl = test_support::ctrl_binary();
+  for (const auto& [name, command] : std::vector<std::pair<std::string, std::string>>{
+           {"eval", ctrl + " eval --model " + r.checkpoint + " --data " + r.data + " --json"},
+           {"plan", ctrl + " plan --config tiny --tokens 1e6 --gpu H100 --json"},
+           {"plan", ctrl + " plan --config tiny --tokens 1e6 --gpu H100"},
+           {"bench", ctrl + " bench --config tiny --steps 1 --warmup 0 --threads 1 --json"}}) {
+    std::string out;
+    EXPECT_EQ(test_support::run_shell(command + " 2>&1 >/dev/full", &out), 1) << command << "\n" << out;
+    EXPECT_NE(out.find("ctrl " + name + ": writing the output failed: No space left on device"), std::string::npos)
+        << command << "\n"
+        << out;
   }
 }
 

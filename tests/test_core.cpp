@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/parse.h"
 #include "core/safetensors.h"
 #include "core/sysinfo.h"
@@ -121,6 +122,31 @@ TEST(Sysinfo, ShortSpinUnlessTheUserChoseAWaitPolicy) {
             std::string::npos) << ctrl_version("");
   EXPECT_NE(ctrl_version("OMP_WAIT_POLICY=active").find("idle wait OMP_WAIT_POLICY=active\n"), std::string::npos);
   EXPECT_NE(ctrl_version("GOMP_SPINCOUNT=5").find("idle wait GOMP_SPINCOUNT=5\n"), std::string::npos);
+}
+
+// Files written as a set are replaced together: when one cannot be written, the others keep their
+// earlier contents (eval's control-codes.json and its heatmap once became a mismatched pair), and no
+// temporary is left.
+TEST(FileIo, FilesWrittenTogetherAreReplacedTogetherOrNotAtAll) {
+  namespace fs = std::filesystem;
+  const std::string dir = test_support::fresh_dir("ctrl_core", "together");
+  fs::create_directories(dir);
+  write_files_atomically({{dir + "/a.json", "old a"}, {dir + "/b.svg", "old b"}});
+  EXPECT_EQ(read_file(dir + "/a.json"), "old a");
+  try {
+    write_files_atomically({{dir + "/a.json", "new a"}, {dir + "/missing/b.svg", "new b"}});
+    FAIL() << "the second file's directory does not exist";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/missing/b.svg: cannot create temporary file"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(read_file(dir + "/a.json"), "old a");
+  EXPECT_EQ(read_file(dir + "/b.svg"), "old b");
+  size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(dir)) entries += e.is_regular_file();
+  EXPECT_EQ(entries, 2u);  // no a.json.tmp.<pid>
+  write_files_atomically({{dir + "/a.json", "new a"}, {dir + "/b.svg", "new b"}});
+  EXPECT_EQ(read_file(dir + "/a.json") + read_file(dir + "/b.svg"), "new anew b");
 }
 
 TEST(Safetensors, RoundTripAndValidation) {

@@ -454,6 +454,17 @@ TEST(RunLifecycle, RerunWithoutACheckpointIsRefusedAndResumeRestarts) {
   // Without any trace of a run, --resume still fails.
   TrainerOptions none{fresh_dir("rerun_none"), true, true};
   EXPECT_THROW(Trainer(c, none), Error);
+  // A run whose first checkpoint failed before its first metrics line (an empty metrics.jsonl): its
+  // message said --resume, which starts it again; a plain rerun is allowed too (nothing to repeat).
+  for (const bool resume : {true, false}) {
+    TrainerOptions empty{fresh_dir(resume ? "rerun_empty_resume" : "rerun_empty"), resume, true};
+    make_directories(empty.run_dir + "/checkpoints");
+    write_file_atomically(empty.run_dir + "/metrics.jsonl", "");
+    Trainer again(c, empty);
+    EXPECT_EQ(again.state().step, 0);
+    again.run();
+    EXPECT_EQ(metrics_losses(empty.run_dir).size(), 4u);
+  }
 }
 
 // Resuming from an older checkpoint drops the metrics lines after it, so the
@@ -515,6 +526,27 @@ TEST(RunLifecycle, FailedMetricsWriteStopsTrainingAfterACheckpoint) {
   }
   EXPECT_EQ(t.state().step, 1);
   EXPECT_EQ(Checkpoint(checkpoint_path(o.run_dir, 1)).contents().state.step, 1);
+}
+
+// The loss chart is a view of metrics.jsonl: one that cannot be written (here a directory stands at
+// loss.svg) is one warning and the run goes on to its end, where it once stopped training at its first
+// checkpoint with only the chart's error (found by an audit on a disk out of inodes).
+TEST(RunLifecycle, ALossChartThatCannotBeWrittenIsAWarning) {
+  const std::string dir = fresh_dir("chart_blocked");
+  make_directories(dir + "/checkpoints");
+  make_directories(dir + "/loss.svg/in_the_way");
+  const std::string cmd =
+      train_command(dir, "--set train.steps=4 --set train.checkpoint_every=2 --set train.log_every=1") + " 2>" + dir +
+      ".err";
+  const int status = std::system(cmd.c_str());
+  const std::string err = read_or_empty(dir + ".err");
+  EXPECT_EQ(WEXITSTATUS(status), 0) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 2) << err;  // the warning once, then "done: …"
+  EXPECT_TRUE(contains(err, "ctrl: warning: " + dir + "/loss.svg: cannot rename temporary file into place: ")) << err;
+  EXPECT_TRUE(contains(err, "; the loss curve is not updated (training goes on)")) << err;
+  EXPECT_TRUE(contains(err, "done: " + dir + " (peak memory ")) << err;
+  EXPECT_FALSE(contains(err, "loss curve in")) << err;  // it is not
+  EXPECT_EQ(list_checkpoints(dir).size(), 2u);
 }
 
 // When the checkpoint cannot be written either (a file size limit makes

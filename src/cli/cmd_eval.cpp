@@ -145,8 +145,8 @@ int run(const std::vector<std::string>& argv) {
     if (m.rows.empty()) fail(no_window);
     make_directories(out);  // only once there is something to write
     const std::string json = code_matrix_json(m);
-    write_file_atomically(out + "/control-codes.json", json);
-    write_code_matrix_svg(m, out + "/control-codes.svg");
+    // Both or neither: a failed write leaves the earlier pair as it was, never a new JSON beside an old heatmap.
+    write_files_atomically({{out + "/control-codes.json", json}, {out + "/control-codes.svg", code_matrix_svg(m)}});
     if (args.has("json")) {
       json_out["codes"] = nlohmann::ordered_json::parse(json);
     } else {

@@ -115,9 +115,10 @@ int run(const std::vector<std::string>& argv) {
   if (trainer.stopped_early()) return 0;                        // by the stop file: as asked, and said so
   if (comm->rank() != 0) return 0;
   if (comm->size() > 1) std::fprintf(stderr, "data-parallel over %s\n", trainer.communicator().name().c_str());
-  const std::string curve = options.run_dir + "/loss.svg";  // not drawn before a step is logged
+  const std::string curve = options.run_dir + "/loss.svg";
   std::fprintf(stderr, "done: %s (peak memory %.0f MiB)%s\n", options.run_dir.c_str(),
-               double(peak_rss_bytes()) / (1 << 20), file_exists(curve) ? ("; loss curve in " + curve).c_str() : "");
+               double(peak_rss_bytes()) / (1 << 20),
+               trainer.loss_curve_current() ? ("; loss curve in " + curve).c_str() : "");
   return 0;
 }
 

@@ -3,9 +3,11 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -86,7 +88,16 @@ int main(int argc, char** argv) {
   // progress, so train and prepare go on without it; generate and the rest stop as usual.
   if (args[0] == "train" || args[0] == "prepare") std::signal(SIGPIPE, SIG_IGN);
   try {
-    return it->second.run(std::vector<std::string>(args.begin() + 1, args.end()));
+    const int rc = it->second.run(std::vector<std::string>(args.begin() + 1, args.end()));
+    // What a command printed is its result (bench --json > bench.json, plan, eval): a full disk or a
+    // closed file under stdout fails the command instead of leaving an empty file behind an exit 0.
+    // train's and prepare's stdout is only progress; their results are files, checked as written.
+    if (args[0] != "train" && args[0] != "prepare" && (std::fflush(stdout) != 0 || std::ferror(stdout))) {
+      std::fprintf(stderr, "ctrl %s: writing the output failed: %s\n", args[0].c_str(),
+                   std::strerror(errno ? errno : EIO));
+      return rc ? rc : 1;
+    }
+    return rc;
   } catch (const ctrl::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
   } catch (const std::bad_alloc&) {

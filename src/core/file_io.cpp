@@ -47,6 +47,38 @@ void commit_temporary(std::FILE* f, const std::string& tmp, const std::string& p
   fsync_directory(parent_directory(path));
 }
 
+void write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<std::string> temporaries;
+  auto remove_temporaries = [&] {
+    for (const std::string& tmp : temporaries) std::remove(tmp.c_str());
+  };
+  for (const auto& [path, contents] : files) {
+    const std::string tmp = path + ".tmp." + std::to_string(getpid());
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (!f) {
+      const int e = errno;
+      remove_temporaries();
+      fail(path + ": cannot create temporary file " + tmp + ": " + std::strerror(e));
+    }
+    temporaries.push_back(tmp);
+    bool ok = contents.empty() || std::fwrite(contents.data(), 1, contents.size(), f) == contents.size();
+    ok = ok && std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+    const int e = errno;
+    ok = std::fclose(f) == 0 && ok;
+    if (!ok) {
+      remove_temporaries();
+      fail(path + ": write failed: " + std::strerror(e ? e : errno));
+    }
+  }
+  for (size_t i = 0; i < files.size(); ++i)
+    if (std::rename(temporaries[i].c_str(), files[i].first.c_str()) != 0) {
+      const int e = errno;
+      remove_temporaries();
+      fail(files[i].first + ": cannot rename temporary file into place: " + std::strerror(e));
+    }
+  for (const auto& [path, contents] : files) fsync_directory(parent_directory(path));
+}
+
 void write_file_atomically(const std::string& path, std::string_view contents) {
   write_file_atomically(path, [&](std::FILE* f) {
     if (!contents.empty() && std::fwrite(contents.data(), 1, contents.size(), f) != contents.size())

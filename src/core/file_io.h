@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ctrl {
@@ -19,6 +20,10 @@ namespace ctrl {
 // to path. On any failure the temporary is removed and ctrl::Error is thrown.
 void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& write);
 void write_file_atomically(const std::string& path, std::string_view contents);
+// Several files replaced together: each is written to its temporary, flushed and synced, and only when
+// every one is written are they renamed into place. A failed write removes the temporaries and throws,
+// leaving every earlier file as it was (a result and its chart stay a matching pair).
+void write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files);
 // Flushes, syncs and closes f (the temporary `tmp`, fully written) and renames it to path; on
 // any failure removes tmp and throws ctrl::Error naming path and the reason.
 void commit_temporary(std::FILE* f, const std::string& tmp, const std::string& path);

@@ -104,7 +104,7 @@ void write_line_chart(const std::string& path, const std::string& title, const s
   write_file_atomically(path, o.str());
 }
 
-void write_heatmap(const std::string& path, const Heatmap& map) {
+std::string heatmap_svg(const Heatmap& map) {
   const size_t R = map.rows.size(), C = map.columns.size();
   CTRL_ASSERT(map.color.size() == R);
   // Room for the longest row label on the left and the legend below (about 7 px per character).
@@ -159,7 +159,7 @@ void write_heatmap(const std::string& path, const Heatmap& map) {
         << "' width='" << cell_w - 3 << "' height='" << cell_h - 3 << "' fill='none' stroke='#222' stroke-width='2'/>\n";
   o << "<text x='" << left << "' y='" << top + cell_h * double(R) + 24 << "'>" << escape(map.legend) << "</text>\n";
   o << "</svg>\n";
-  write_file_atomically(path, o.str());
+  return o.str();
 }
 
 }  // namespace ctrl

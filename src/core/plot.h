@@ -29,7 +29,7 @@ struct Heatmap {
   std::vector<std::vector<std::string>> text;   // [rows][columns], or empty
   std::vector<std::pair<size_t, size_t>> outlined;
 };
-// Writes the heatmap as SVG (atomically). Non-finite values are drawn grey.
-void write_heatmap(const std::string& path, const Heatmap& map);
+// The heatmap as SVG. Non-finite values are drawn grey.
+std::string heatmap_svg(const Heatmap& map);
 
 }  // namespace ctrl

@@ -87,7 +87,7 @@ std::string code_matrix_json(const CodeMatrix& m) {
   return j.dump(2) + "\n";
 }
 
-void write_code_matrix_svg(const CodeMatrix& m, const std::string& path) {
+std::string code_matrix_svg(const CodeMatrix& m) {
   Heatmap h;
   h.title = "Held-out loss (nats/token) with each control code";
   h.x_label = "control code given";
@@ -112,7 +112,7 @@ void write_code_matrix_svg(const CodeMatrix& m, const std::string& path) {
     h.outlined.push_back({r, m.row_column[r]});
   }
   h.legend = "outlined: the text's own code; colour: loss minus the own-code loss (red: worse)";
-  write_heatmap(path, h);
+  return heatmap_svg(h);
 }
 
 }  // namespace ctrl

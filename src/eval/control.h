@@ -45,7 +45,7 @@ CodeMatrix code_matrix(Model& model, const Batches& batches, int64_t batch, int6
 // The matrix as JSON (codes, windows, tokens, loss, perplexity, control gain)
 // and as an SVG heatmap (cells coloured by loss minus the row's own-code loss).
 std::string code_matrix_json(const CodeMatrix& m);
-void write_code_matrix_svg(const CodeMatrix& m, const std::string& path);
+std::string code_matrix_svg(const CodeMatrix& m);
 
 class Dataset;
 

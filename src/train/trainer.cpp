@@ -42,7 +42,8 @@ std::string config_differences(const Config& before, const Config& now, const st
   return out;
 }
 
-void draw_loss_curve(const std::string& run_dir) {
+// loss.svg from metrics.jsonl: the training loss and each held-out code's; false when no step is logged yet.
+bool write_loss_curve(const std::string& run_dir) {
   std::ifstream in(run_dir + "/metrics.jsonl");
   std::string line;
   Series train{"train", {}, {}};
@@ -66,7 +67,9 @@ void draw_loss_curve(const std::string& run_dir) {
   }
   std::vector<Series> all = {train};
   for (auto& [k, s] : held_out) all.push_back(s);
-  if (!train.x.empty()) write_line_chart(run_dir + "/loss.svg", "Training loss", "step", "loss (nats/token)", all);
+  if (train.x.empty()) return false;
+  write_line_chart(run_dir + "/loss.svg", "Training loss", "step", "loss (nats/token)", all);
+  return true;
 }
 
 // The same tokenizer and the same control codes, or the teacher's logits do not mean the student's tokens.
@@ -265,8 +268,9 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
 std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
   const std::string& run = options_.run_dir;
   const auto existing = writer() ? list_checkpoints(run) : std::vector<std::string>{};
-  // A run stopped before its first checkpoint: --resume starts it again from step 0.
-  const bool restart = options_.resume && writer() && existing.empty() && run_dir_->has_metrics();
+  // A run stopped before its first checkpoint (even before its first metrics line: the first checkpoint's
+  // write failed, and its message said --resume): --resume starts it again from step 0.
+  const bool restart = options_.resume && writer() && existing.empty() && run_dir_->has_started();
   // ... unless its metrics show steps logged after a checkpoint was saved (at
   // the run's own checkpoint_every, from its config.json): then the
   // checkpoints went missing, and starting again would drop those lines.
@@ -698,7 +702,21 @@ void Trainer::run() {
   if (writer() && !run_dir_->metrics_error().empty())  // the final evaluation's line
     fail(run_dir_->metrics_error() + "; training finished, checkpoint " + checkpoint_path(options_.run_dir, state_.step) +
          " written");
-  if (writer()) draw_loss_curve(options_.run_dir);
+  if (writer()) draw_loss_curve();
+}
+
+// The chart is a view of metrics.jsonl, which holds every figure: one that cannot be written (a full disk,
+// no inodes left) is a warning, once, and training goes on; the checkpoints and metrics report their own
+// failures with where training stopped and how to go on.
+void Trainer::draw_loss_curve() {
+  try {
+    loss_curve_current_ = write_loss_curve(options_.run_dir);
+  } catch (const Error& e) {
+    if (!loss_curve_warned_)
+      std::fprintf(stderr, "ctrl: warning: %s; the loss curve is not updated (training goes on)\n", e.what());
+    loss_curve_warned_ = true;
+    loss_curve_current_ = false;
+  }
 }
 
 // A checkpoint that cannot be written (disk full, a file size limit) ends
@@ -718,7 +736,7 @@ void Trainer::save_or_stop() {
          (kept.empty() ? "with no checkpoint" : "the last checkpoint " + kept.back() + " kept") +
          " (free space, then continue with --resume)");
   }
-  if (writer()) draw_loss_curve(options_.run_dir);  // the curve so far, beside each checkpoint
+  if (writer()) draw_loss_curve();  // the curve so far, beside each checkpoint
 }
 
 // After a signal or a failed metrics write: the step just done is saved (if
@@ -740,7 +758,7 @@ void Trainer::stop_early(const StopRequest& stop) {
   // No rank exits before the checkpoint is written: a launcher ends the
   // whole job when one rank exits with a failure status.
   comm_->barrier();
-  if (writer() && !stop.write_failed) draw_loss_curve(options_.run_dir);
+  if (writer() && !stop.write_failed) draw_loss_curve();
   const std::string where = "step " + std::to_string(state_.step) + " of " + std::to_string(t.steps);
   if (stop.write_failed)
     fail(writer() ? run_dir_->metrics_error() + "; training stopped after " + where + ", " + saved +

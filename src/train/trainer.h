@@ -51,6 +51,9 @@ class Trainer {
   // Whether run() stopped before train.steps, and the signal that stopped it (or 0).
   bool stopped_early() const { return stopped_early_; }
   int stopped_by() const { return stopped_by_; }
+  // Whether loss.svg shows the run's last logged step (none is drawn before a step is logged, nor where it
+  // cannot be written).
+  bool loss_curve_current() const { return loss_curve_current_; }
   // Mean training loss of every step this object ran, in order.
   const std::vector<double>& step_losses() const { return step_losses_; }
   Model& model() { return *model_; }
@@ -74,6 +77,7 @@ class Trainer {
   void evaluate();
   void save();
   void save_or_stop();
+  void draw_loss_curve();
   void stop_early(const StopRequest& stop);
   void log_step(double loss, double lr, double norm, double step_seconds, double kl);
   bool writer() const { return comm_->rank() == 0; }
@@ -106,6 +110,7 @@ class Trainer {
   std::vector<double> step_losses_;
   std::unique_ptr<RunDir> run_dir_;  // rank 0 only
   int stopped_by_ = 0;
+  bool loss_curve_current_ = false, loss_curve_warned_ = false;
   bool stopped_early_ = false;
   double window_seconds_ = 0, window_tokens_ = 0;
   int64_t window_steps_ = 0;
