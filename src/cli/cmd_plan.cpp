@@ -117,21 +117,33 @@ int run(const std::vector<std::string>& argv) {
   }
   plan::Plan p = plan::make_plan(r);
   if (r.gpu.empty()) {  // bf16 on a CPU: emulated, or native and still slower than fp32
-    const std::string note = cpu->precision_note(activation_dtype(r.config.train.precision));
-    if (!note.empty()) p.notes.push_back(note);
-    if (r.config.train.precision == "bf16") p.notes.push_back("bf16 products " + bf16_choice.describe());
+    std::string advice;
     if (r.config.train.precision == "bf16" && p.hours_no_overlap > 0) {
       Config probed = r.config;  // at most the config's micro-batch: seconds, not the minutes of a large one
       probed.train.micro_batch = std::min(p.micro_batch, r.config.train.micro_batch);
-      // Two steps in each precision (one untimed) at the planned speed of one rank.
-      const double seconds = 4.0 * double(probed.train.micro_batch * r.config.model.n_ctx) / (p.tokens_per_s / p.ranks);
+      // Three steps in each precision (one untimed) at the planned speed of one rank, and building both models.
+      const double seconds =
+          1.0 + 6.0 * double(probed.train.micro_batch * r.config.model.n_ctx) / (p.tokens_per_s / p.ranks);
       std::fprintf(stderr, "timing bf16 and fp32 training steps of %s on this CPU (about %.0f s)...\n",
-                   r.config.preset.c_str(), std::max(1.0, seconds));
+                   r.config.preset.c_str(), seconds);
       const plan::Bf16StepTimes times = probe_bf16_steps(probed, *cpu, 0.5);
+      // A step of the whole model measured here says more than the default utilisation (tiny bf16 ran at
+      // 0.51-0.54 of a Zen 5's peak, not 0.75): the plan takes the step's throughput, unless a bench file
+      // or --mfu gave one. A step of a cut model or with a teacher stays advice only.
+      if (times.measured && times.layers == times.of_layers && !r.teacher && p.mfu_source == "default") {
+        const double step_tokens_per_s = double(probed.train.micro_batch * r.config.model.n_ctx) / times.bf16_step_s;
+        r.mfu = std::min(1.0, p.mfu * step_tokens_per_s / (p.tokens_per_s / p.ranks));
+        r.mfu_source = "measured by a bf16 training step of this model at micro-batch " +
+                       std::to_string(probed.train.micro_batch) + " on this CPU";
+        p = plan::make_plan(r);
+      }
       if (!times.measured) p.notes.push_back(plan::bf16_step_times_text(times));
-      const std::string advice = plan::bf16_slower_advice(times, cpu->bf16_path(), p.hours_no_overlap * 3600);
-      if (!advice.empty()) p.notes.push_back(advice);
+      advice = plan::bf16_slower_advice(times, cpu->bf16_path(), p.hours_no_overlap * 3600);
     }
+    const std::string note = cpu->precision_note(activation_dtype(r.config.train.precision));
+    if (!note.empty()) p.notes.push_back(note);
+    if (r.config.train.precision == "bf16") p.notes.push_back("bf16 products " + bf16_choice.describe());
+    if (!advice.empty()) p.notes.push_back(advice);
   }
   std::printf("%s", args.has("json") ? (plan::plan_json(p) + "\n").c_str() : plan::plan_text(p).c_str());
   return 0;

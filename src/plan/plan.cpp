@@ -440,8 +440,10 @@ uint64_t gpu_buffer_bytes(const Config& config, int64_t micro_batch, int zero_ra
 
 int64_t largest_micro_batch(const std::function<bool(int64_t)>& fits) {
   if (!fits(1)) return 0;
-  int64_t lo = 1, hi = 2;  // lo fits; hi does not, or is past the doubling's cap
-  while (hi <= (int64_t(1) << 24) && fits(hi)) lo = hi, hi *= 2;
+  constexpr int64_t kMost = int64_t(1) << 24;  // the most --micro-batch and train.micro_batch take
+  int64_t lo = 1, hi = 2;                      // lo fits; hi does not, or is past kMost
+  while (hi <= kMost && fits(hi)) lo = hi, hi *= 2;
+  hi = std::min(hi, kMost + 1);
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
     (fits(mid) ? lo : hi) = mid;
@@ -696,8 +698,13 @@ Plan make_plan(const Request& r) {
   }
   if (r.mfu > 0) {
     p.mfu = r.mfu;
-    p.mfu_source = "--mfu";
+    p.mfu_source = r.mfu_source.empty() ? "--mfu" : r.mfu_source;
   }
+  if (p.mfu > 1)  // a bench whose GEMM peak read low (a busy host during its 1 s measurement)
+    p.notes.push_back(
+        fmt("utilisation above 1: the bench's run reached %.3f of the GEMM peak it measured, so that "
+            "peak read low; the throughput is the bench's own",
+            p.mfu));
 
   // Memory: the largest micro-batch that fits (memory grows with B), then the
   // micro-batch to plan with.
@@ -802,6 +809,8 @@ Plan make_plan(const Request& r) {
     v += fmt(" at default MFU %.2f (not calibrated)", p.mfu);
   else if (p.mfu_source == "--mfu")
     v += fmt(" at MFU %.3g (--mfu)", p.mfu);
+  else if (!r.machine)
+    v += fmt(" at MFU %.3f ", p.mfu) + p.mfu_source;
   else
     v += fmt(" at MFU %.3f ", p.mfu) + "calibrated from ctrl bench on " + r.machine->measured_on();
   if (r.price_per_hour > 0) v += fmt(", cost %.0f", p.cost);

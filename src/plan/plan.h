@@ -237,6 +237,7 @@ struct Request {
   int zero = 0;                // 0 or 1 (ZeRO stage 1: optimizer state sharded over ranks)
   int64_t micro_batch = 0;     // 0: the largest that fits, at most global_batch / ranks
   double mfu = 0;              // 0: calibrated from `machine` or the default for the device
+  std::string mfu_source;      // where a given mfu came from; empty: "--mfu"
   double price_per_hour = 0;   // per GPU, or per machine for CPUs; 0: no cost
   // CPU only: memory (0: this machine's) and the GEMM peak of the precision, GFLOP/s
   // (ignored when `machine` calibrates).
