@@ -65,7 +65,9 @@ TEST(Trainer, TheLossCurveIsDrawnAtEachCheckpointWithRoundSteps) {
   c.train.log_every = 1;
   TrainerOptions o{fresh_dir("curve"), false, true};
   o.before_step = [&](int64_t step, int) {
-    if (step == 21) EXPECT_TRUE(file_exists(o.run_dir + "/loss.svg")) << "drawn with the step-20 checkpoint";
+    if (step == 21) {
+      EXPECT_TRUE(file_exists(o.run_dir + "/loss.svg")) << "drawn with the step-20 checkpoint";
+    }
   };
   Trainer(c, o).run();
   const std::string svg = read_file(o.run_dir + "/loss.svg");
