@@ -77,6 +77,12 @@ TEST(CorpusWikitext, CoordinatesReadAsThePageShowsThem) {
   EXPECT_EQ(wikitext_to_text("首都{{Coord|30|2|N|31|13|E|type:city|display=title}}"), "首都");
   EXPECT_EQ(wikitext_to_text("県{{Coord|format=dms|region:JP-22_type:adm1st|display=inline,title}}"), "県");
   EXPECT_EQ(wikitext_to_text("点{{coord|35|x|N|139|E}}と{{coord|35|41|N|139}}"), "点と");  // neither form
+  // Lower-case letters and the short display forms; seconds without minutes, a malformed number or more
+  // than two bare numbers are neither form (one of them read "北緯35度 東経41度").
+  EXPECT_EQ(wikitext_to_text("{{coord|35|41|22|n|139|41|30|e|display=it}}"), "北緯35度41分22秒 東経139度41分30秒");
+  EXPECT_EQ(wikitext_to_text("点{{coord|33||15|N|38||47|E}}{{coord|1.2.3|4.|N|5|E}}{{coord|35|41|22|139|41|30}}"),
+            "点");
+  EXPECT_EQ(wikitext_to_text("首都{{coord|30|2|N|31|13|E|display=t}}"), "首都");
 }
 
 // Where only the wiki's data knows a value, the sentence is dropped rather than kept with a hole.

@@ -454,17 +454,16 @@ TEST(RunLifecycle, RerunWithoutACheckpointIsRefusedAndResumeRestarts) {
   // Without any trace of a run, --resume still fails.
   TrainerOptions none{fresh_dir("rerun_none"), true, true};
   EXPECT_THROW(Trainer(c, none), Error);
-  // A run whose first checkpoint failed before its first metrics line (an empty metrics.jsonl): its
-  // message said --resume, which starts it again; a plain rerun is allowed too (nothing to repeat).
-  for (const bool resume : {true, false}) {
-    TrainerOptions empty{fresh_dir(resume ? "rerun_empty_resume" : "rerun_empty"), resume, true};
-    make_directories(empty.run_dir + "/checkpoints");
-    write_file_atomically(empty.run_dir + "/metrics.jsonl", "");
-    Trainer again(c, empty);
-    EXPECT_EQ(again.state().step, 0);
-    again.run();
-    EXPECT_EQ(metrics_losses(empty.run_dir).size(), 4u);
-  }
+  // An empty metrics.jsonl is no trace either (checkpoints deleted before a step was logged look the same):
+  // --resume refuses, a plain rerun starts the run again.
+  TrainerOptions empty{fresh_dir("rerun_empty"), true, true};
+  make_directories(empty.run_dir + "/checkpoints");
+  write_file_atomically(empty.run_dir + "/metrics.jsonl", "");
+  EXPECT_THROW(Trainer(c, empty), Error);
+  empty.resume = false;
+  Trainer again(c, empty);
+  again.run();
+  EXPECT_EQ(metrics_losses(empty.run_dir).size(), 4u);
 }
 
 // Resuming from an older checkpoint drops the metrics lines after it, so the
@@ -546,6 +545,18 @@ TEST(RunLifecycle, ALossChartThatCannotBeWrittenIsAWarning) {
   EXPECT_TRUE(contains(err, "; the loss curve is not updated (training goes on)")) << err;
   EXPECT_TRUE(contains(err, "done: " + dir + " (peak memory ")) << err;
   EXPECT_FALSE(contains(err, "loss curve in")) << err;  // it is not
+  // A finished run resumed with nothing to train names its own, current curve.
+  const std::string done = fresh_dir("chart_done");
+  std::string out;
+  ASSERT_EQ(test_support::run_shell(train_command(done, "--set train.steps=2 --set train.log_every=1") + " 2>&1", &out),
+            0)
+      << out;
+  ASSERT_EQ(test_support::run_shell(
+                train_command(done, "--resume --set train.steps=2 --set train.log_every=1") + " 2>&1", &out),
+            0)
+      << out;
+  EXPECT_TRUE(contains(out, "nothing to train")) << out;
+  EXPECT_TRUE(contains(out, "; loss curve in " + done + "/loss.svg")) << out;
   EXPECT_EQ(list_checkpoints(dir).size(), 2u);
 }
 
@@ -597,6 +608,23 @@ TEST(RunLifecycle, AFailedCheckpointStopsWithItsReason) {
   EXPECT_EQ(list_checkpoints(dir).size(), 1u);
   for (const auto& name : names_in(dir + "/checkpoints"))
     EXPECT_EQ(name, "step-00000002.ckpt") << "left behind: " << name;
+}
+
+// The first checkpoint failing before any step was logged leaves nothing to resume: the message says to run
+// the same command again, which works (it said --resume, which found no readable checkpoint; an audit).
+TEST(RunLifecycle, AFailedFirstCheckpointBeforeAnyLoggedStepSaysToRunAgain) {
+  const std::string dir = fresh_dir("first_checkpoint");
+  make_directories(dir);
+  const std::string args = "--set train.steps=4 --set train.checkpoint_every=2 --set train.log_every=100";
+  std::string out;
+  EXPECT_EQ(test_support::run_shell("bash -c \"ulimit -f 64; exec " + train_command(dir, args) + "\" 2>&1", &out), 1)
+      << out;
+  EXPECT_TRUE(contains(out,
+                       "step-00000002.ckpt: write failed: File too large; training stopped after step 2 of 4, "
+                       "with no checkpoint (free space, then run the same command again)"))
+      << out;
+  ASSERT_EQ(test_support::run_shell(train_command(dir, args) + " 2>&1", &out), 0) << out;
+  EXPECT_EQ(list_checkpoints(dir).size(), 2u);
 }
 
 // `ctrl export hf` builds the directory aside: on a failed write (file size

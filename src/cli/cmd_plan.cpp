@@ -1,6 +1,7 @@
 // ctrl plan: does a model fit, at what batch, how long does training take and
 // what does it cost, from the engine's own layout tables (plan/plan.h).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <numeric>
 
@@ -99,8 +100,11 @@ int run(const std::vector<std::string>& argv) {
   if (args.has("machine")) r.machine = plan::load_machine(args.get("machine"));
   std::unique_ptr<Ops> cpu;
   Ops::Bf16Choice bf16_choice;  // bf16 on this CPU: the products' path the plan's peak was measured on
+  double measured_share = 1;    // of the CPU time this process's threads could have had while it timed the CPU
   if (r.gpu.empty()) {
     cpu = make_ops("cpu", int(r.config.train.threads));  // the run's thread count: the peak it will see
+    const double cpu_before = process_cpu_seconds();
+    const auto wall_before = std::chrono::steady_clock::now();
     r.cpu_name = cpu_model();
     r.cpu_threads = cpu->threads();
     if (!r.machine) r.memory_threads = most_cpu_threads(r.config.train.threads);  // a run on this machine
@@ -114,11 +118,14 @@ int run(const std::vector<std::string>& argv) {
     // fp16 runs its products widened to fp32 (precision_note says so below): fp32's peak.
     if (!calibrated)
       r.cpu_peak_gflops = chosen > 0 ? chosen : cpu->measure_peak_gflops(r.config.train.precision == "bf16", 0.5);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_before).count();
+    if (wall > 0.2)
+      measured_share = (process_cpu_seconds() - cpu_before) / (wall * std::min(cpu->threads(), usable_cpus()));
   }
   plan::Plan p = plan::make_plan(r);
   if (r.gpu.empty()) {  // bf16 on a CPU: emulated, or native and still slower than fp32
     std::string advice;
-    if (r.config.train.precision == "bf16" && p.hours_no_overlap > 0) {
+    if (r.config.train.precision == "bf16" && p.hours_no_overlap > 0 && p.micro_batch > 0) {
       Config probed = r.config;  // at most the config's micro-batch: seconds, not the minutes of a large one
       probed.train.micro_batch = std::min(p.micro_batch, r.config.train.micro_batch);
       // Three steps in each precision (one untimed) at the planned speed of one rank, and building both models.
@@ -144,6 +151,14 @@ int run(const std::vector<std::string>& argv) {
     if (!note.empty()) p.notes.push_back(note);
     if (r.config.train.precision == "bf16") p.notes.push_back("bf16 products " + bf16_choice.describe());
     if (!advice.empty()) p.notes.push_back(advice);
+    // Beside another busy process the products ran slower than this CPU runs them: the plan reads low. A quiet
+    // machine's products kept 0.95-1.0 of the threads' time busy; beside one busy loop on 2 CPUs, about 0.6.
+    constexpr double kQuietCpuShare = 0.8;
+    if (measured_share < kQuietCpuShare && p.mfu_source.rfind("calibrated", 0) != 0)
+      p.notes.push_back("other processes took CPU time while this plan timed the CPU (its threads ran " +
+                        std::to_string(int(100 * measured_share + 0.5)) +
+                        "% of the time): the GEMM peak and the throughput read low; plan on a quiet machine, or "
+                        "calibrate with --machine from ctrl bench --json");
   }
   std::printf("%s", args.has("json") ? (plan::plan_json(p) + "\n").c_str() : plan::plan_text(p).c_str());
   return 0;

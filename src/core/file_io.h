@@ -21,8 +21,9 @@ namespace ctrl {
 void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& write);
 void write_file_atomically(const std::string& path, std::string_view contents);
 // Several files replaced together: each is written to its temporary, flushed and synced, and only when
-// every one is written are they renamed into place. A failed write removes the temporaries and throws,
-// leaving every earlier file as it was (a result and its chart stay a matching pair).
+// every one is written are they renamed into place. A failed write (a full disk, a size limit) removes the
+// temporaries and throws, leaving every earlier file as it was, so a result and its chart stay a matching
+// pair; a rename that fails after another succeeded (the path became a directory) is not undone.
 void write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files);
 // Flushes, syncs and closes f (the temporary `tmp`, fully written) and renames it to path; on
 // any failure removes tmp and throws ctrl::Error naming path and the reason.

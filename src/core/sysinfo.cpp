@@ -36,6 +36,13 @@ uint64_t current_rss_bytes() {
   return resident * uint64_t(sysconf(_SC_PAGESIZE));
 }
 
+double process_cpu_seconds() {
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  auto seconds = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
+  return seconds(u.ru_utime) + seconds(u.ru_stime);
+}
+
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
   std::string line;

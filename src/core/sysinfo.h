@@ -7,6 +7,8 @@ namespace ctrl {
 
 uint64_t peak_rss_bytes();     // high-water mark of resident memory
 uint64_t current_rss_bytes();
+// CPU time (user and system) this process's threads have run, in seconds, since it started.
+double process_cpu_seconds();
 // Lowers the high-water mark to the current resident memory (Linux 4.0+,
 // /proc/self/clear_refs), so that a measurement's temporary buffers do not
 // count as the run's peak. False where the kernel refuses.

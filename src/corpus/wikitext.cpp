@@ -500,49 +500,56 @@ std::string date_text(std::string_view y, std::string_view m, std::string_view d
 }
 
 // A position as jawiki shows it: "北緯35度41分22秒 東経139度41分30秒" from degrees, minutes and seconds before
-// N/S and E/W ({{coord|35|41|22|N|139|41|30|E}}; empty parts are left out), or "北緯35.68度 東経139.69度" from
-// two signed decimals; empty when the parameters are neither (a coordinate taken from Wikidata).
+// N/S and E/W ({{coord|35|41|22|N|139|41|30|E}}; trailing empty parts are left out, and the letters may be
+// lower case), or "北緯35.68度 東経139.69度" from exactly two signed decimals; empty when the parameters are
+// neither (a coordinate taken from Wikidata, "35|x|N", seconds without minutes).
 std::string coordinates_text(const std::vector<std::string_view>& args) {
-  auto unsigned_number = [](std::string_view v) {
-    return !v.empty() && v[0] != '.' && v.find_first_not_of("0123456789.") == std::string_view::npos;
+  auto number = [](std::string_view v) {  // digits with at most one inner '.'
+    const size_t dot = v.find('.');
+    return !v.empty() && v.find_first_not_of("0123456789.") == std::string_view::npos && dot != 0 &&
+           dot + 1 != v.size() && (dot == std::string_view::npos || v.find('.', dot + 1) == std::string_view::npos);
   };
-  // One axis: its name by hemisphere, then each part with its unit; empty if a part is not a number.
-  auto axis = [&](std::string_view name, const std::vector<std::string_view>& parts) -> std::string {
+  auto letter = [](std::string_view v) { return v.size() == 1 ? char(v[0] & ~0x20) : '\0'; };  // upper case
+  // One axis from args [from, to): its name, then each part with its unit; empty if a part is not a number.
+  auto axis = [&](std::string_view name, size_t from, size_t to) -> std::string {
     static constexpr std::string_view kUnits[] = {"度", "分", "秒"};
-    if (parts.empty() || parts.size() > 3) return "";
+    while (to > from && args[to - 1].empty()) --to;
+    if (to == from || to - from > 3) return "";
     std::string r(name);
-    for (size_t i = 0; i < parts.size(); ++i) {
-      if (!unsigned_number(parts[i])) return "";
-      (r += parts[i]) += kUnits[i];
+    for (size_t i = from; i < to; ++i) {
+      if (!number(args[i])) return "";
+      (r += args[i]) += kUnits[i - from];
     }
     return r;
   };
-  auto find_letter = [&](size_t from, std::string_view a, std::string_view b) {
+  auto find_letter = [&](size_t from, char a, char b) {
     for (size_t k = from; k < args.size(); ++k)
-      if (args[k] == a || args[k] == b) return k;
+      if (letter(args[k]) == a || letter(args[k]) == b) return k;
     return args.size();
   };
-  auto parts_between = [&](size_t from, size_t to) {
-    std::vector<std::string_view> parts;
-    for (size_t k = from; k < to; ++k)
-      if (!args[k].empty()) parts.push_back(args[k]);
-    return parts;
-  };
   std::string latitude, longitude;
-  if (const size_t ns = find_letter(0, "N", "S"); ns < args.size()) {
-    const size_t ew = find_letter(ns + 1, "E", "W");
+  if (const size_t ns = find_letter(0, 'N', 'S'); ns < args.size()) {
+    const size_t ew = find_letter(ns + 1, 'E', 'W');
     if (ew == args.size()) return "";
-    latitude = axis(args[ns] == "N" ? "北緯" : "南緯", parts_between(0, ns));
-    longitude = axis(args[ew] == "E" ? "東経" : "西経", parts_between(ns + 1, ew));
-  } else if (args.size() >= 2) {
-    auto signed_axis = [&](std::string_view v, std::string_view positive, std::string_view negative) {
-      const bool minus = starts_with(v, "-");
-      return axis(minus ? negative : positive, {minus ? v.substr(1) : v});
+    latitude = axis(letter(args[ns]) == 'N' ? "北緯" : "南緯", 0, ns);
+    longitude = axis(letter(args[ew]) == 'E' ? "東経" : "西経", ns + 1, ew);
+  } else if (args.size() >= 2 && !(args.size() > 2 && number(args[2]))) {
+    auto signed_axis = [&](size_t k, std::string_view positive, std::string_view negative) -> std::string {
+      const bool minus = starts_with(args[k], "-");
+      const std::string_view v = minus ? args[k].substr(1) : args[k];
+      return number(v) ? std::string(minus ? negative : positive) + std::string(v) + "度" : "";
     };
-    latitude = signed_axis(args[0], "北緯", "南緯");
-    longitude = signed_axis(args[1], "東経", "西経");
+    latitude = signed_axis(0, "北緯", "南緯");
+    longitude = signed_axis(1, "東経", "西経");
   }
   return latitude.empty() || longitude.empty() ? "" : latitude + " " + longitude;
+}
+
+// Whether a coordinate template's display= shows it in the text: by default, "inline" (alone or with "title"),
+// and the short forms "i", "it", "ti"; "title" or "t" alone show it only beside the page's title.
+bool coordinates_inline(std::string_view display) {
+  const std::string d = lower(trim(display));
+  return d.empty() || d.find("inline") != std::string::npos || d == "i" || d == "it" || d == "ti";
 }
 
 // Layout parameters that are not content: empty, or a count or width ("2", "30em", "7.5em", "25%").
@@ -625,9 +632,7 @@ std::string template_text(std::string_view content, bool in_table, const Wikitex
     }
     case Gives::kIsbn: return params.arg(0).empty() ? "" : "ISBN " + arg(0);
     case Gives::kCoordinates: {
-      const std::string_view display = params.get("display");
-      if (!display.empty() && display.find("inline") == std::string_view::npos) return "";  // the title only
-      return coordinates_text(params.positional);
+      return coordinates_inline(params.get("display")) ? coordinates_text(params.positional) : "";
     }
     case Gives::kPipe: return in_table ? "|" : "";
     case Gives::kSpace:

@@ -809,7 +809,7 @@ Plan make_plan(const Request& r) {
     v += fmt(" at default MFU %.2f (not calibrated)", p.mfu);
   else if (p.mfu_source == "--mfu")
     v += fmt(" at MFU %.3g (--mfu)", p.mfu);
-  else if (!r.machine)
+  else if (p.mfu_source.rfind("calibrated", 0) != 0)  // measured by the plan itself
     v += fmt(" at MFU %.3f ", p.mfu) + p.mfu_source;
   else
     v += fmt(" at MFU %.3f ", p.mfu) + "calibrated from ctrl bench on " + r.machine->measured_on();

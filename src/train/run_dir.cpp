@@ -118,11 +118,6 @@ bool RunDir::has_metrics() const {
   return stat(metrics_path().c_str(), &st) == 0 && st.st_size > 0;
 }
 
-bool RunDir::has_started() const {
-  struct stat st;
-  return stat(metrics_path().c_str(), &st) == 0;
-}
-
 bool RunDir::stop_requested() const {
   struct stat st;
   return stat(stop_path().c_str(), &st) == 0;

@@ -35,9 +35,6 @@ class RunDir {
   std::string metrics_path() const { return dir_ + "/metrics.jsonl"; }
   // metrics.jsonl exists and is not empty: an earlier run logged steps here.
   bool has_metrics() const;
-  // Whether an earlier start got as far as opening metrics.jsonl (even if it logged no line before it
-  // stopped): a run that can be started again from step 0 with --resume.
-  bool has_started() const;
   // The highest step metrics.jsonl records, or -1 (no file, no readable line).
   int64_t last_metrics_step() const;
   // Opens metrics.jsonl for appending after dropping every line of a step

@@ -268,9 +268,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options) : config_(
 std::unique_ptr<Checkpoint> Trainer::checkpoint_to_resume() {
   const std::string& run = options_.run_dir;
   const auto existing = writer() ? list_checkpoints(run) : std::vector<std::string>{};
-  // A run stopped before its first checkpoint (even before its first metrics line: the first checkpoint's
-  // write failed, and its message said --resume): --resume starts it again from step 0.
-  const bool restart = options_.resume && writer() && existing.empty() && run_dir_->has_started();
+  // A run stopped before its first checkpoint: --resume starts it again from step 0.
+  const bool restart = options_.resume && writer() && existing.empty() && run_dir_->has_metrics();
   // ... unless its metrics show steps logged after a checkpoint was saved (at
   // the run's own checkpoint_every, from its config.json): then the
   // checkpoints went missing, and starting again would drop those lines.
@@ -678,6 +677,7 @@ void Trainer::run() {
                    "note: %s is at step %lld and train.steps is %lld: nothing to train (raise it with --set "
                    "train.steps=N to go on)\n",
                    options_.run_dir.c_str(), static_cast<long long>(state_.step), static_cast<long long>(t.steps));
+    loss_curve_current_ = file_exists(options_.run_dir + "/loss.svg");  // the finished run's own
     return;
   }
   if (!options_.quiet && writer()) print_start();
@@ -731,10 +731,14 @@ void Trainer::save_or_stop() {
   } catch (const Error& e) {
     if (!writer()) throw;
     const std::vector<std::string> kept = list_checkpoints(options_.run_dir);
+    // Without a checkpoint or a logged step there is nothing to resume: the same command starts it again
+    // (--resume would find no trace of the run; an empty metrics.jsonl cannot tell this run from one whose
+    // checkpoints were deleted).
+    const bool restart = kept.empty() && !run_dir_->has_metrics();
     fail(std::string(e.what()) + "; training stopped after step " + std::to_string(state_.step) + " of " +
          std::to_string(config_.train.steps) + ", " +
          (kept.empty() ? "with no checkpoint" : "the last checkpoint " + kept.back() + " kept") +
-         " (free space, then continue with --resume)");
+         (restart ? " (free space, then run the same command again)" : " (free space, then continue with --resume)"));
   }
   if (writer()) draw_loss_curve();  // the curve so far, beside each checkpoint
 }
