@@ -616,8 +616,7 @@ TEST(Plan, CpuBf16PlanNamesTheProductsPath) {
 
 // A bf16 plan on this CPU times whole training steps for its fp32 advice; the step of the whole model is
 // also the plan's throughput (the default utilisation 0.75 was 1.4x too fast for tiny bf16 on a busy Zen 5,
-// found by an audit), unless --mfu or a bench file gives one. The wait it announces counts the steps it
-// times and the models it builds (it said "about 1 s" for 3.5-3.9 s).
+// found by an audit), unless --mfu or a bench file gives one.
 TEST(Plan, CpuBf16PlanTakesItsThroughputFromTheMeasuredStep) {
   if (test_support::test_backend_is_gpu()) GTEST_SKIP() << "the CPU's bf16 steps";
   const std::string base =

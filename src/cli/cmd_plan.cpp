@@ -151,8 +151,8 @@ int run(const std::vector<std::string>& argv) {
     if (!note.empty()) p.notes.push_back(note);
     if (r.config.train.precision == "bf16") p.notes.push_back("bf16 products " + bf16_choice.describe());
     if (!advice.empty()) p.notes.push_back(advice);
-    // Beside another busy process the products ran slower than this CPU runs them: the plan reads low. A quiet
-    // machine's products kept 0.95-1.0 of the threads' time busy; beside one busy loop on 2 CPUs, about 0.6.
+    // Beside another busy process the products ran slower than this CPU runs them: the plan reads low. Quiet,
+    // the products keep every thread busy; beside one busy loop per CPU its threads ran about half the time.
     constexpr double kQuietCpuShare = 0.8;
     if (measured_share < kQuietCpuShare && p.mfu_source.rfind("calibrated", 0) != 0)
       p.notes.push_back("other processes took CPU time while this plan timed the CPU (its threads ran " +
