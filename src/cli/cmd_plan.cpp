@@ -134,9 +134,9 @@ int run(const std::vector<std::string>& argv) {
       std::fprintf(stderr, "timing bf16 and fp32 training steps of %s on this CPU (about %.0f s)...\n",
                    r.config.preset.c_str(), seconds);
       const plan::Bf16StepTimes times = probe_bf16_steps(probed, *cpu, 0.5);
-      // A step of the whole model measured here says more than the default utilisation (tiny bf16 ran at
-      // 0.51-0.54 of a Zen 5's peak, not 0.75): the plan takes the step's throughput, unless a bench file
-      // or --mfu gave one. A step of a cut model or with a teacher stays advice only.
+      // A step of the whole model measured here knows what the default utilisation cannot (this model on
+      // this CPU, as loaded as it is now): the plan takes the step's throughput, unless a bench file or --mfu
+      // gave one. A step of a cut model or with a teacher stays advice only.
       if (times.measured && times.layers == times.of_layers && !r.teacher && p.mfu_source == "default") {
         const double step_tokens_per_s = double(probed.train.micro_batch * r.config.model.n_ctx) / times.bf16_step_s;
         r.mfu = std::min(1.0, p.mfu * step_tokens_per_s / (p.tokens_per_s / p.ranks));

@@ -17,10 +17,40 @@
 
 namespace ctrl {
 
-void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& write) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+namespace {
+
+std::string temporary_for(const std::string& path) { return path + ".tmp." + std::to_string(getpid()); }
+
+std::FILE* open_temporary(const std::string& tmp, const std::string& path) {
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) fail(path + ": cannot create temporary file " + tmp + ": " + std::strerror(errno));
+  return f;
+}
+
+// Flushes, syncs and closes f, the temporary `tmp` of path; on failure removes tmp and throws naming path.
+void close_temporary(std::FILE* f, const std::string& tmp, const std::string& path) {
+  bool ok = std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+  const int saved_errno = errno;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    fail(path + ": write failed: " + std::strerror(saved_errno ? saved_errno : errno));
+  }
+}
+
+void rename_temporary(const std::string& tmp, const std::string& path) {
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    fail(path + ": cannot rename temporary file into place: " + std::strerror(e));
+  }
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::function<void(std::FILE*)>& write) {
+  const std::string tmp = temporary_for(path);
+  std::FILE* f = open_temporary(tmp, path);
   try {
     write(f);
   } catch (...) {
@@ -32,50 +62,30 @@ void write_file_atomically(const std::string& path, const std::function<void(std
 }
 
 void commit_temporary(std::FILE* f, const std::string& tmp, const std::string& path) {
-  bool ok = std::fflush(f) == 0 && fsync(fileno(f)) == 0;
-  const int saved_errno = errno;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    fail(path + ": write failed: " + std::strerror(saved_errno ? saved_errno : errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    fail(path + ": cannot rename temporary file into place: " + std::strerror(e));
-  }
+  close_temporary(f, tmp, path);
+  rename_temporary(tmp, path);
   fsync_directory(parent_directory(path));
 }
 
 void write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files) {
   std::vector<std::string> temporaries;
-  auto remove_temporaries = [&] {
-    for (const std::string& tmp : temporaries) std::remove(tmp.c_str());
-  };
-  for (const auto& [path, contents] : files) {
-    const std::string tmp = path + ".tmp." + std::to_string(getpid());
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) {
-      const int e = errno;
-      remove_temporaries();
-      fail(path + ": cannot create temporary file " + tmp + ": " + std::strerror(e));
+  try {
+    for (const auto& [path, contents] : files) {
+      const std::string tmp = temporary_for(path);
+      std::FILE* f = open_temporary(tmp, path);
+      temporaries.push_back(tmp);
+      if (!contents.empty() && std::fwrite(contents.data(), 1, contents.size(), f) != contents.size()) {
+        const int e = errno;
+        std::fclose(f);
+        fail(path + ": write failed: " + std::strerror(e));
+      }
+      close_temporary(f, tmp, path);
     }
-    temporaries.push_back(tmp);
-    bool ok = contents.empty() || std::fwrite(contents.data(), 1, contents.size(), f) == contents.size();
-    ok = ok && std::fflush(f) == 0 && fsync(fileno(f)) == 0;
-    const int e = errno;
-    ok = std::fclose(f) == 0 && ok;
-    if (!ok) {
-      remove_temporaries();
-      fail(path + ": write failed: " + std::strerror(e ? e : errno));
-    }
+    for (size_t i = 0; i < files.size(); ++i) rename_temporary(temporaries[i], files[i].first);
+  } catch (...) {
+    for (const std::string& tmp : temporaries) std::remove(tmp.c_str());  // those not renamed yet
+    throw;
   }
-  for (size_t i = 0; i < files.size(); ++i)
-    if (std::rename(temporaries[i].c_str(), files[i].first.c_str()) != 0) {
-      const int e = errno;
-      remove_temporaries();
-      fail(files[i].first + ": cannot rename temporary file into place: " + std::strerror(e));
-    }
   for (const auto& [path, contents] : files) fsync_directory(parent_directory(path));
 }
 
